@@ -1,0 +1,222 @@
+// Package proc is hsbx's one choke point for running processes. Every engine
+// call goes through Runner.Run: an argv slice (never a shell string), a
+// timeout, a WaitDelay so a hung child cannot block forever, and a bounded
+// tail of stderr kept for error messages. No other package imports os/exec.
+package proc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// StderrTail is how many bytes of a command's stderr are kept for errors.
+const StderrTail = 16 << 10
+
+// ErrTimeout is returned (wrapped in *TimeoutError) when a command outlives
+// its Cmd.Timeout and is killed.
+var ErrTimeout = errors.New("timed out")
+
+// Cmd describes one process to run.
+type Cmd struct {
+	// Argv is the program and its arguments. Argv[0] is a path or a name
+	// looked up on PATH.
+	Argv []string
+	// Env is the complete environment of the child. Nil means an empty
+	// environment, so callers always pass what they mean (usually os.Environ
+	// captured once in main plus additions).
+	Env []string
+	// Stdin is connected to the child's standard input when not nil.
+	Stdin io.Reader
+	// Stdout receives the child's standard output; when nil it is captured
+	// into Result.Stdout.
+	Stdout io.Writer
+	// Stderr receives the child's standard error; when nil it is captured.
+	// Either way the last StderrTail bytes end up in Result.Stderr.
+	Stderr io.Writer
+	// Timeout bounds the whole run; zero means only ctx bounds it.
+	Timeout time.Duration
+}
+
+// Result is what a finished process left behind.
+type Result struct {
+	Stdout   []byte
+	Stderr   []byte // the last StderrTail bytes
+	ExitCode int    // the process's exit status; 128+N when killed by signal N
+	Elapsed  time.Duration
+}
+
+// TimeoutError says a command was killed because it outlived its timeout.
+type TimeoutError struct {
+	Argv    []string
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("%s: no answer after %s, killed", Quote(e.Argv), e.Timeout)
+}
+
+// Unwrap lets errors.Is(err, ErrTimeout) and errors.Is(err, context.DeadlineExceeded) hold.
+func (e *TimeoutError) Unwrap() []error { return []error{ErrTimeout, context.DeadlineExceeded} }
+
+// StartError says a command could not be started at all (binary missing,
+// not executable).
+type StartError struct {
+	Argv []string
+	Err  error
+}
+
+func (e *StartError) Error() string { return fmt.Sprintf("cannot run %s: %v", e.Argv[0], e.Err) }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Runner runs commands. The zero value is usable; Log, when set, receives one
+// debug record per command with its argv, exit code and duration, which
+// makes the number of engine calls visible with --log-level debug.
+type Runner struct {
+	Log *slog.Logger
+	// WaitDelay bounds how long Run waits for the child's output pipes after
+	// it is killed (a grandchild may hold them open). Default 2s.
+	WaitDelay time.Duration
+}
+
+// Run starts c.Argv, waits for it and reports how it ended. A non-zero exit
+// status is not an error: it is in Result.ExitCode for the caller to
+// classify. Errors are for commands that could not start (*StartError), that
+// were killed on timeout (*TimeoutError) or whose ctx was cancelled (the
+// ctx's error, wrapped).
+func (r *Runner) Run(ctx context.Context, c Cmd) (Result, error) {
+	if len(c.Argv) == 0 {
+		return Result{}, errors.New("proc: empty argv")
+	}
+	runCtx := ctx
+	if c.Timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(runCtx, c.Argv[0], c.Argv[1:]...)
+	cmd.Env = c.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.Stdin = c.Stdin
+	cmd.WaitDelay = r.WaitDelay
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = 2 * time.Second
+	}
+	var stdout bytes.Buffer
+	tail := &tailBuffer{max: StderrTail}
+	if c.Stdout != nil {
+		cmd.Stdout = c.Stdout
+	} else {
+		cmd.Stdout = &stdout
+	}
+	if c.Stderr != nil {
+		cmd.Stderr = io.MultiWriter(c.Stderr, tail)
+	} else {
+		cmd.Stderr = tail
+	}
+
+	start := time.Now()
+	err := cmd.Run()
+	res := Result{Stdout: stdout.Bytes(), Stderr: tail.Bytes(), Elapsed: time.Since(start)}
+	res.ExitCode = exitCode(cmd.ProcessState)
+	r.log(ctx, c.Argv, res, err)
+
+	switch {
+	case err == nil:
+		return res, nil
+	case cmd.ProcessState == nil: // never started
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("%s: %w", Quote(c.Argv), ctx.Err())
+		}
+		return res, &StartError{Argv: c.Argv, Err: err}
+	case ctx.Err() != nil: // the caller gave up (signal, its own deadline)
+		return res, fmt.Errorf("%s: %w", Quote(c.Argv), ctx.Err())
+	case runCtx.Err() != nil: // our timeout fired
+		return res, &TimeoutError{Argv: c.Argv, Timeout: c.Timeout}
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return res, nil // exited on its own with a status: data, not an error
+	}
+	// Output copying failed or WaitDelay expired after a normal exit.
+	return res, fmt.Errorf("%s: %w", Quote(c.Argv), err)
+}
+
+// LookPath finds a program on PATH (or checks a path) the way Run will.
+func LookPath(name string) (string, error) { return exec.LookPath(name) }
+
+func (r *Runner) log(ctx context.Context, argv []string, res Result, err error) {
+	if r.Log == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("argv", Quote(argv)),
+		slog.Int("exit", res.ExitCode),
+		slog.Duration("elapsed", res.Elapsed),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	r.Log.LogAttrs(ctx, slog.LevelDebug, "engine call", attrs...)
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// Quote renders argv for humans and logs: words with spaces or quotes are
+// quoted. It is never used to build a command line.
+func Quote(argv []string) string {
+	var b strings.Builder
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`|&;<>(){}*?!") {
+			fmt.Fprintf(&b, "%q", a)
+		} else {
+			b.WriteString(a)
+		}
+	}
+	return b.String()
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+func (t *tailBuffer) Bytes() []byte { return t.buf }
+
+// ErrNotFound is the error a StartError wraps when the program does not exist.
+var ErrNotFound = exec.ErrNotFound

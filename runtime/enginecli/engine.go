@@ -1,0 +1,394 @@
+// Package enginecli implements runtime.Runtime over an engine CLI. The argv
+// shapes hsbx uses are the same for docker and podman; what differs — output
+// formats, exit codes, messages — comes from a Dialect (runtime/docker,
+// runtime/podman).
+package enginecli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// Op names the engine subcommand an error came from; classification differs
+// between subcommands (exit code 1 means "no such container" for docker
+// exec but is the command's own status just as often).
+type Op string
+
+// The subcommands hsbx runs.
+const (
+	OpPS      Op = "ps"
+	OpInspect Op = "inspect"
+	OpRun     Op = "run"
+	OpStart   Op = "start"
+	OpStop    Op = "stop"
+	OpUnpause Op = "unpause"
+	OpRemove  Op = "rm"
+	OpExec    Op = "exec"
+	OpVersion Op = "version"
+	OpInfo    Op = "info"
+)
+
+// Dialect is what one engine family contributes.
+type Dialect interface {
+	Name() runtime.Dialect
+	// PSFormat is the --format value that makes ps print JSON.
+	PSFormat() string
+	// InfoFormat is the --format value that makes info print JSON.
+	InfoFormat() string
+	ParsePS(out []byte) ([]runtime.Container, error)
+	ParseInfo(out []byte) (runtime.Info, error)
+	ParseVersion(out []byte) (runtime.Version, error)
+	// Classify maps a failed call's exit code and stderr to a sentinel from
+	// package runtime. For OpExec it returns nil when the status is the
+	// command's own rather than the engine's.
+	Classify(op Op, exitCode int, stderr string) error
+}
+
+// Options configure an Engine.
+type Options struct {
+	// Runner runs the CLI; nil means a plain proc.Runner.
+	Runner *proc.Runner
+	// Env is the environment the CLI inherits (DOCKER_HOST, CONTAINER_HOST,
+	// contexts... pass through untouched). Spec env values are added to it.
+	Env []string
+	// Timeout bounds every engine call except exec (default 60s); run gets
+	// four times as long, since it may pull an image.
+	Timeout time.Duration
+}
+
+// Engine is a runtime.Runtime driving one CLI binary.
+type Engine struct {
+	d       Dialect
+	bin     string
+	runner  *proc.Runner
+	env     []string
+	timeout time.Duration
+}
+
+var _ runtime.Runtime = (*Engine)(nil)
+
+// New returns an Engine for the CLI at bin speaking dialect d.
+func New(d Dialect, bin string, o Options) *Engine {
+	if o.Runner == nil {
+		o.Runner = &proc.Runner{}
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 60 * time.Second
+	}
+	return &Engine{d: d, bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout}
+}
+
+// Dialect implements runtime.Runtime.
+func (e *Engine) Dialect() runtime.Dialect { return e.d.Name() }
+
+// Binary implements runtime.Runtime.
+func (e *Engine) Binary() string { return e.bin }
+
+// call runs one engine command and classifies a non-zero exit.
+func (e *Engine) call(ctx context.Context, op Op, args []string, env map[string]string, timeout time.Duration) (proc.Result, error) {
+	argv := append([]string{e.bin}, args...)
+	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(env), Timeout: timeout})
+	if err != nil {
+		return res, e.runError(argv, err)
+	}
+	if res.ExitCode != 0 {
+		return res, e.classify(op, argv, res.ExitCode, string(res.Stderr))
+	}
+	return res, nil
+}
+
+func (e *Engine) runError(argv []string, err error) error {
+	var te *proc.TimeoutError
+	switch {
+	case errors.As(err, &te):
+		return &runtime.EngineError{Kind: runtime.ErrTimeout, Argv: argv, ExitCode: -1,
+			Stderr: fmt.Sprintf("no answer after %s", te.Timeout)}
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, proc.ErrNotFound), errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%w: %v", runtime.ErrBinaryNotFound, err)
+	}
+	return err
+}
+
+func (e *Engine) classify(op Op, argv []string, code int, stderr string) error {
+	kind := e.d.Classify(op, code, stderr)
+	if kind == nil {
+		kind = runtime.ErrEngine
+	}
+	return &runtime.EngineError{Kind: kind, Argv: argv, ExitCode: code, Stderr: strings.TrimSpace(stderr)}
+}
+
+// clientEnv is the CLI's environment: the base plus the spec's values, so
+// "-e NAME" on argv picks the value up without it ever being on a command line.
+func (e *Engine) clientEnv(extra map[string]string) []string {
+	if len(extra) == 0 {
+		return e.env
+	}
+	env := make([]string, 0, len(e.env)+len(extra))
+	for _, kv := range e.env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, override := extra[k]; !override {
+			env = append(env, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
+}
+
+// List implements runtime.Runtime.
+func (e *Engine) List(ctx context.Context, o runtime.ListOptions) ([]runtime.Container, error) {
+	args := []string{"ps", "-a", "--no-trunc", "--format", e.d.PSFormat()}
+	for _, l := range o.Labels {
+		args = append(args, "--filter", "label="+l)
+	}
+	for _, s := range o.Status {
+		args = append(args, "--filter", "status="+string(s))
+	}
+	if o.Name != "" {
+		args = append(args, "--filter", "name="+o.Name)
+	}
+	res, err := e.call(ctx, OpPS, args, nil, e.timeout)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := e.d.ParsePS(res.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s ps: %v", runtime.ErrBadOutput, e.d.Name(), err)
+	}
+	return cs, nil
+}
+
+// Inspect implements runtime.Runtime.
+func (e *Engine) Inspect(ctx context.Context, ids ...string) ([]runtime.Container, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := append([]string{"container", "inspect"}, ids...)
+	res, callErr := e.call(ctx, OpInspect, args, nil, e.timeout)
+	if callErr != nil && !errors.Is(callErr, runtime.ErrNotFound) {
+		return nil, callErr
+	}
+	cs, err := ParseInspect(res.Stdout)
+	if err != nil {
+		if callErr != nil { // e.g. docker prints "[]" plus the error; anything else is noise
+			return nil, callErr
+		}
+		return nil, fmt.Errorf("%w: %s container inspect: %v", runtime.ErrBadOutput, e.d.Name(), err)
+	}
+	if missing := Missing(ids, cs); len(missing) > 0 {
+		return cs, &runtime.MissingError{IDs: missing}
+	}
+	if callErr != nil { // the engine said something was missing but all came back
+		return cs, callErr
+	}
+	return cs, nil
+}
+
+// Missing returns the ids that match none of cs (by full ID, ID prefix or name).
+func Missing(ids []string, cs []runtime.Container) []string {
+	var missing []string
+	for _, id := range ids {
+		found := false
+		for _, c := range cs {
+			if c.ID == id || c.Name == id || (len(id) >= 4 && strings.HasPrefix(c.ID, id)) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, id)
+		}
+	}
+	return missing
+}
+
+var idRE = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
+
+// Run implements runtime.Runtime.
+func (e *Engine) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
+	if s.Image == "" {
+		return "", errors.New("run: no image given")
+	}
+	args := []string{"run", "-d"}
+	if s.Name != "" {
+		args = append(args, "--name", s.Name)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		args = append(args, "--label", k+"="+s.Labels[k])
+	}
+	args = append(args, envArgs(s.Env)...)
+	args = append(args, s.Args...)
+	args = append(args, s.Image)
+	args = append(args, s.Cmd...)
+	res, err := e.call(ctx, OpRun, args, s.Env, 4*e.timeout)
+	if err != nil {
+		return "", err
+	}
+	id := lastLine(res.Stdout)
+	if !idRE.MatchString(id) {
+		return "", fmt.Errorf("%w: %s run printed %q where a container ID was expected", runtime.ErrBadOutput, e.d.Name(), clip(res.Stdout))
+	}
+	return id, nil
+}
+
+func envArgs(env map[string]string) []string {
+	var args []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		args = append(args, "-e", k)
+	}
+	return args
+}
+
+// Start implements runtime.Runtime.
+func (e *Engine) Start(ctx context.Context, id string) error {
+	_, err := e.call(ctx, OpStart, []string{"start", id}, nil, e.timeout)
+	return err
+}
+
+// Stop implements runtime.Runtime.
+func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error {
+	secs := int((grace + time.Second - 1) / time.Second)
+	_, err := e.call(ctx, OpStop, []string{"stop", "-t", strconv.Itoa(secs), id}, nil, e.timeout+grace)
+	return err
+}
+
+// Unpause implements runtime.Runtime.
+func (e *Engine) Unpause(ctx context.Context, id string) error {
+	_, err := e.call(ctx, OpUnpause, []string{"unpause", id}, nil, e.timeout)
+	return err
+}
+
+// Remove implements runtime.Runtime.
+func (e *Engine) Remove(ctx context.Context, force bool, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	args := []string{"rm"}
+	if force {
+		args = append(args, "-f")
+	}
+	args = append(args, ids...)
+	_, err := e.call(ctx, OpRemove, args, nil, e.timeout)
+	var ee *runtime.EngineError
+	if errors.As(err, &ee) && e.onlyNotFound(ee.Stderr) {
+		return nil // every complaint was about a container that is already gone
+	}
+	return err
+}
+
+// onlyNotFound reports whether every error line in stderr says "no such container".
+func (e *Engine) onlyNotFound(stderr string) bool {
+	any := false
+	for line := range strings.Lines(stderr) {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if !errors.Is(e.d.Classify(OpRemove, 1, line), runtime.ErrNotFound) {
+			return false
+		}
+		any = true
+	}
+	return any
+}
+
+// Exec implements runtime.Runtime.
+func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
+	if len(s.Cmd) == 0 {
+		return -1, errors.New("exec: no command given")
+	}
+	args := []string{"exec"}
+	if s.Interactive {
+		args = append(args, "-i")
+	}
+	if s.TTY {
+		args = append(args, "-t")
+	}
+	if s.WorkDir != "" {
+		args = append(args, "-w", s.WorkDir)
+	}
+	if s.User != "" {
+		args = append(args, "-u", s.User)
+	}
+	args = append(args, envArgs(s.Env)...)
+	args = append(args, s.ID)
+	args = append(args, s.Cmd...)
+	argv := append([]string{e.bin}, args...)
+	res, err := e.runner.Run(ctx, proc.Cmd{
+		Argv: argv, Env: e.clientEnv(s.Env),
+		Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr,
+	})
+	if err != nil {
+		return -1, e.runError(argv, err)
+	}
+	if res.ExitCode != 0 {
+		if kind := e.d.Classify(OpExec, res.ExitCode, string(res.Stderr)); kind != nil {
+			return res.ExitCode, &runtime.EngineError{Kind: kind, Argv: argv, ExitCode: res.ExitCode,
+				Stderr: strings.TrimSpace(string(res.Stderr))}
+		}
+	}
+	return res.ExitCode, nil
+}
+
+// Version implements runtime.Runtime. When the engine is unreachable the
+// client version is still returned, with an error wrapping ErrUnreachable.
+func (e *Engine) Version(ctx context.Context) (runtime.Version, error) {
+	res, err := e.call(ctx, OpVersion, []string{"version", "--format", "{{json .}}"}, nil, e.timeout)
+	if err != nil && !errors.Is(err, runtime.ErrUnreachable) {
+		return runtime.Version{}, err
+	}
+	v, perr := e.d.ParseVersion(res.Stdout)
+	if perr != nil {
+		if err != nil {
+			return runtime.Version{}, err
+		}
+		return runtime.Version{}, fmt.Errorf("%w: %s version: %v", runtime.ErrBadOutput, e.d.Name(), perr)
+	}
+	return v, err
+}
+
+// Info implements runtime.Runtime.
+func (e *Engine) Info(ctx context.Context) (runtime.Info, error) {
+	args := []string{"info", "--format", e.d.InfoFormat()}
+	res, err := e.call(ctx, OpInfo, args, nil, e.timeout)
+	if err != nil {
+		return runtime.Info{}, err
+	}
+	info, err := e.d.ParseInfo(res.Stdout)
+	if err != nil {
+		if errors.Is(err, runtime.ErrUnreachable) {
+			return info, &runtime.EngineError{Kind: runtime.ErrUnreachable, Argv: append([]string{e.bin}, args...),
+				Stderr: strings.TrimPrefix(err.Error(), runtime.ErrUnreachable.Error()+": ")}
+		}
+		return info, fmt.Errorf("%w: %s info: %v", runtime.ErrBadOutput, e.d.Name(), err)
+	}
+	return info, nil
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Fields(string(bytes.TrimSpace(b)))
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[len(lines)-1]
+}
+
+func clip(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}

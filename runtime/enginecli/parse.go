@@ -1,0 +1,160 @@
+package enginecli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// rawInspect holds the fields hsbx reads from `container inspect`; docker
+// and podman print the same keys (podman adds ImageName).
+type rawInspect struct {
+	ID        string    `json:"Id"`
+	Name      string    `json:"Name"`
+	Created   FlexTime  `json:"Created"`
+	Image     string    `json:"Image"`
+	ImageName string    `json:"ImageName"`
+	State     *rawState `json:"State"`
+	Config    *struct {
+		Image  string            `json:"Image"`
+		Labels map[string]string `json:"Labels"`
+	} `json:"Config"`
+}
+
+type rawState struct {
+	Status     string   `json:"Status"`
+	Running    bool     `json:"Running"`
+	Paused     bool     `json:"Paused"`
+	Restarting bool     `json:"Restarting"`
+	Dead       bool     `json:"Dead"`
+	StartedAt  FlexTime `json:"StartedAt"`
+	FinishedAt FlexTime `json:"FinishedAt"`
+}
+
+// ParseInspect parses `container inspect` output (a JSON array, the same
+// shape for docker and podman) into Containers. Empty output is no containers.
+func ParseInspect(out []byte) ([]runtime.Container, error) {
+	out = bytes.TrimSpace(out)
+	if len(out) == 0 {
+		return nil, nil
+	}
+	var raws []rawInspect
+	if err := json.Unmarshal(out, &raws); err != nil {
+		return nil, fmt.Errorf("inspect output is not a JSON array of containers: %w", err)
+	}
+	cs := make([]runtime.Container, 0, len(raws))
+	for i, r := range raws {
+		if r.ID == "" {
+			return nil, fmt.Errorf("inspect entry %d has no Id", i)
+		}
+		c := runtime.Container{
+			ID:      r.ID,
+			Name:    strings.TrimPrefix(r.Name, "/"),
+			Image:   r.Image,
+			Created: r.Created.Time,
+			State:   runtime.StateUnknown,
+		}
+		if r.ImageName != "" {
+			c.Image = r.ImageName
+		}
+		if r.Config != nil {
+			if r.Config.Image != "" {
+				c.Image = r.Config.Image
+			}
+			c.Labels = r.Config.Labels
+		}
+		if r.State != nil {
+			c.State = NormalizeState(r.State.Status)
+			if c.State == runtime.StateUnknown {
+				c.State = stateFromFlags(r.State)
+			}
+			c.Started = r.State.StartedAt.Time
+			c.Finished = r.State.FinishedAt.Time
+		}
+		if c.Labels == nil {
+			c.Labels = map[string]string{}
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+func stateFromFlags(s *rawState) runtime.State {
+	switch {
+	case s.Dead:
+		return runtime.StateDead
+	case s.Paused:
+		return runtime.StatePaused
+	case s.Restarting:
+		return runtime.StateRestarting
+	case s.Running:
+		return runtime.StateRunning
+	}
+	return runtime.StateUnknown
+}
+
+// NormalizeState maps an engine's state word to a runtime.State.
+func NormalizeState(s string) runtime.State {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "created", "configured", "initialized":
+		return runtime.StateCreated
+	case "running", "up":
+		return runtime.StateRunning
+	case "paused":
+		return runtime.StatePaused
+	case "restarting":
+		return runtime.StateRestarting
+	case "removing":
+		return runtime.StateRemoving
+	case "stopping":
+		return runtime.StateStopping
+	case "exited", "stopped":
+		return runtime.StateExited
+	case "dead":
+		return runtime.StateDead
+	}
+	return runtime.StateUnknown
+}
+
+// FlexTime decodes a JSON timestamp that is a string in any format
+// runtime.ParseTime knows or a number of unix seconds. An unparseable value
+// decodes to the zero time (age unknown) with Bad set, never to an error, so
+// one odd field does not hide a whole listing.
+type FlexTime struct {
+	time.Time
+	Bad bool
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (f *FlexTime) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	var err error
+	if b[0] == '"' {
+		var s string
+		if err = json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		f.Time, err = runtime.ParseTime(s)
+	} else {
+		var n float64
+		if n, err = strconv.ParseFloat(string(b), 64); err == nil {
+			f.Time, err = runtime.UnixTime(n)
+		}
+	}
+	if err != nil {
+		f.Time, f.Bad = time.Time{}, true
+	}
+	return nil
+}
+
+// ErrNotJSON marks output that is not JSON at all.
+var ErrNotJSON = errors.New("not JSON")

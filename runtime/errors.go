@@ -1,0 +1,97 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Engine errors wrap one of them; branch with errors.Is.
+var (
+	// ErrBinaryNotFound: no engine CLI could be found or run.
+	ErrBinaryNotFound = errors.New("container engine not found")
+	// ErrUnsupported: the binary is neither docker nor podman.
+	ErrUnsupported = errors.New("unsupported container engine")
+	// ErrUnreachable: the CLI runs but cannot reach its engine (daemon down,
+	// socket missing, no permission on the socket, remote host away).
+	ErrUnreachable = errors.New("container engine unreachable")
+	// ErrNotFound: no such container.
+	ErrNotFound = errors.New("no such container")
+	// ErrNameInUse: a container with that name already exists.
+	ErrNameInUse = errors.New("container name already in use")
+	// ErrNotRunning: the container is not running (exec on a stopped one).
+	ErrNotRunning = errors.New("container is not running")
+	// ErrPaused: the container is paused.
+	ErrPaused = errors.New("container is paused")
+	// ErrImageNotFound: the image is not present and cannot be pulled.
+	ErrImageNotFound = errors.New("image not found")
+	// ErrTimeout: the engine CLI did not answer in time and was killed.
+	ErrTimeout = errors.New("engine call timed out")
+	// ErrBadOutput: the engine printed something hsbx cannot parse.
+	ErrBadOutput = errors.New("unexpected engine output")
+	// ErrEngine: any other failure reported by the engine.
+	ErrEngine = errors.New("engine error")
+)
+
+// EngineError is a failed engine call: the argv, the exit code and the
+// engine's own message, classified into one of the sentinels (Kind).
+type EngineError struct {
+	Kind     error
+	Argv     []string
+	ExitCode int
+	Stderr   string
+}
+
+func (e *EngineError) Error() string {
+	msg := strings.TrimSpace(e.Stderr)
+	if msg == "" {
+		msg = fmt.Sprintf("exit status %d", e.ExitCode)
+	}
+	if i := strings.LastIndexByte(msg, '\n'); i >= 0 && len(msg) > 2000 {
+		msg = msg[i+1:]
+	}
+	return fmt.Sprintf("%v: %s (exit %d): %s", e.Kind, quoteArgv(e.Argv), e.ExitCode, msg)
+}
+
+// Unwrap returns the classification, so errors.Is(err, ErrNotFound) works.
+func (e *EngineError) Unwrap() error { return e.Kind }
+
+// MissingError is returned by Inspect when some IDs do not exist.
+type MissingError struct {
+	IDs []string
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("no such container: %s", strings.Join(e.IDs, ", "))
+}
+
+// Unwrap makes errors.Is(err, ErrNotFound) hold.
+func (e *MissingError) Unwrap() error { return ErrNotFound }
+
+// Hint returns a one-line suggestion for fixing err, or "".
+func Hint(err error) string {
+	switch {
+	case errors.Is(err, ErrBinaryNotFound):
+		return "install docker or podman, or point --runtime (HSBX_RUNTIME) at the engine binary"
+	case errors.Is(err, ErrUnsupported):
+		return "set --runtime (HSBX_RUNTIME) to a docker or podman binary"
+	case errors.Is(err, ErrUnreachable):
+		return "start the engine (for docker: the daemon; check DOCKER_HOST / docker context; for podman: CONTAINER_HOST or --remote), or check your permission on its socket"
+	case errors.Is(err, ErrTimeout):
+		return "the engine did not answer in time; check that its daemon is healthy"
+	case errors.Is(err, ErrImageNotFound):
+		return "pull or import the image first, or choose another with --image"
+	}
+	return ""
+}
+
+func quoteArgv(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'") {
+			a = fmt.Sprintf("%q", a)
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
+}

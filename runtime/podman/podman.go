@@ -1,0 +1,169 @@
+// Package podman is the podman CLI dialect: JSON-array ps output with unix
+// timestamps, libpod's error messages and the exit codes measured on podman
+// 4.3 rootful and rootless (captures under testdata/engines/podman-*).
+package podman
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+)
+
+// New returns a Runtime driving the podman CLI at bin.
+func New(bin string, o enginecli.Options) *enginecli.Engine {
+	return enginecli.New(Dialect{}, bin, o)
+}
+
+// Dialect implements enginecli.Dialect for podman.
+type Dialect struct{}
+
+// Name implements enginecli.Dialect.
+func (Dialect) Name() runtime.Dialect { return runtime.Podman }
+
+// PSFormat implements enginecli.Dialect.
+func (Dialect) PSFormat() string { return "json" }
+
+// InfoFormat implements enginecli.Dialect.
+func (Dialect) InfoFormat() string { return "json" }
+
+// psEntry is one element of `podman ps --format json`.
+type psEntry struct {
+	ID        string             `json:"Id"`
+	Names     []string           `json:"Names"`
+	Image     string             `json:"Image"`
+	State     string             `json:"State"`
+	Labels    map[string]string  `json:"Labels"`
+	Created   enginecli.FlexTime `json:"Created"`
+	StartedAt enginecli.FlexTime `json:"StartedAt"`
+	ExitedAt  enginecli.FlexTime `json:"ExitedAt"`
+}
+
+// ParsePS implements enginecli.Dialect: a JSON array ("[]" when nothing
+// matches); Labels is null when a container has none; times are unix
+// seconds, ExitedAt -62135596800 when it never exited.
+func (Dialect) ParsePS(out []byte) ([]runtime.Container, error) {
+	out = bytes.TrimSpace(out)
+	if len(out) == 0 {
+		return nil, nil
+	}
+	var entries []psEntry
+	if err := json.Unmarshal(out, &entries); err != nil {
+		return nil, fmt.Errorf("ps output is not a JSON array of containers: %w", err)
+	}
+	cs := make([]runtime.Container, 0, len(entries))
+	for i, p := range entries {
+		if p.ID == "" {
+			return nil, fmt.Errorf("ps entry %d has no Id", i)
+		}
+		c := runtime.Container{
+			ID:       p.ID,
+			Image:    p.Image,
+			State:    enginecli.NormalizeState(p.State),
+			Labels:   p.Labels,
+			Created:  p.Created.Time,
+			Started:  p.StartedAt.Time,
+			Finished: p.ExitedAt.Time,
+		}
+		if len(p.Names) > 0 {
+			c.Name = p.Names[0]
+		}
+		if c.Labels == nil {
+			c.Labels = map[string]string{}
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+type rawInfo struct {
+	Host *struct {
+		CgroupVersion string `json:"cgroupVersion"`
+		Security      struct {
+			Rootless bool `json:"rootless"`
+		} `json:"security"`
+	} `json:"host"`
+	Store *struct {
+		GraphDriverName string            `json:"graphDriverName"`
+		GraphStatus     map[string]string `json:"graphStatus"`
+	} `json:"store"`
+	Version *struct {
+		Version string `json:"Version"`
+	} `json:"version"`
+}
+
+// ParseInfo implements enginecli.Dialect.
+func (Dialect) ParseInfo(out []byte) (runtime.Info, error) {
+	var r rawInfo
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return runtime.Info{}, fmt.Errorf("info output is not a JSON object: %w", err)
+	}
+	if r.Host == nil || r.Version == nil || r.Version.Version == "" {
+		return runtime.Info{}, errors.New("info output lacks host or version")
+	}
+	info := runtime.Info{
+		ServerVersion: r.Version.Version,
+		Rootless:      r.Host.Security.Rootless,
+		CgroupVersion: r.Host.CgroupVersion,
+	}
+	if r.Store != nil {
+		info.StorageDriver = r.Store.GraphDriverName
+		info.BackingFS = r.Store.GraphStatus["Backing Filesystem"]
+	}
+	return info, nil
+}
+
+// ParseVersion implements enginecli.Dialect. Local podman has no server:
+// the client is the engine, so Server is the client's version.
+func (Dialect) ParseVersion(out []byte) (runtime.Version, error) {
+	var r struct {
+		Client *struct{ Version string } `json:"Client"`
+		Server *struct{ Version string } `json:"Server"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return runtime.Version{}, fmt.Errorf("version output is not a JSON object: %w", err)
+	}
+	if r.Client == nil || r.Client.Version == "" {
+		return runtime.Version{}, errors.New("version output has no Client.Version")
+	}
+	v := runtime.Version{Client: r.Client.Version, Server: r.Client.Version}
+	if r.Server != nil && r.Server.Version != "" {
+		v.Server = r.Server.Version
+	}
+	return v, nil
+}
+
+var rules = []enginecli.Rule{
+	{Fragment: "cannot connect to podman", Kind: runtime.ErrUnreachable},
+	{Fragment: "unable to connect to podman socket", Kind: runtime.ErrUnreachable},
+	{Fragment: "no such container", Kind: runtime.ErrNotFound},
+	{Fragment: "no container with name or id", Kind: runtime.ErrNotFound},
+	{Fragment: "already in use", Kind: runtime.ErrNameInUse},
+	{Fragment: "can only create exec sessions on running containers", Kind: runtime.ErrNotRunning},
+	{Fragment: "did not resolve to an alias", Kind: runtime.ErrImageNotFound},
+	{Fragment: "image not known", Kind: runtime.ErrImageNotFound},
+	{Fragment: "initializing source", Kind: runtime.ErrImageNotFound},
+}
+
+// Classify implements enginecli.Dialect. podman exec exits 125 when the
+// container is missing or the engine unreachable and 255 when the container
+// is not running, with a first line starting "Error: " or "Cannot connect".
+func (Dialect) Classify(op enginecli.Op, code int, stderr string) error {
+	if op == enginecli.OpExec {
+		if code != 125 && code != 255 {
+			return nil
+		}
+		// Only podman's own recognised messages count; an unknown "Error:"
+		// line at 125 may be the command's, and its status passes through.
+		first := enginecli.FirstLine(stderr)
+		if !strings.HasPrefix(first, "Error: ") && !strings.HasPrefix(first, "Cannot connect to Podman") {
+			return nil
+		}
+		return enginecli.Match(rules, first)
+	}
+	return enginecli.Match(rules, stderr)
+}

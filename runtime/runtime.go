@@ -1,0 +1,154 @@
+// Package runtime is hsbx's view of a container engine: the Runtime interface
+// over the docker or podman CLI, the types every engine's output is parsed
+// into, and the typed errors callers branch on. The dialects live in
+// runtime/docker and runtime/podman; runtime/detect picks one.
+package runtime
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Dialect names the CLI family a binary speaks.
+type Dialect string
+
+// The dialects hsbx drives.
+const (
+	Docker Dialect = "docker"
+	Podman Dialect = "podman"
+)
+
+// State is a container's lifecycle state, normalised across engines.
+type State string
+
+// States as both engines report them after normalisation (podman's
+// "configured"/"initialized" read as created, "stopped" as exited).
+const (
+	StateCreated    State = "created"
+	StateRunning    State = "running"
+	StatePaused     State = "paused"
+	StateRestarting State = "restarting"
+	StateRemoving   State = "removing"
+	StateStopping   State = "stopping"
+	StateExited     State = "exited"
+	StateDead       State = "dead"
+	StateUnknown    State = "unknown"
+)
+
+// Alive reports whether processes may be running in a container in this
+// state. Anything not known to be stopped counts as alive: code that removes
+// containers must treat unknown states as alive.
+func (s State) Alive() bool {
+	switch s {
+	case StateCreated, StateExited, StateDead:
+		return false
+	}
+	return true
+}
+
+// Container is one container as ps or inspect reports it. Times are zero
+// when the engine says "never" (not started, not finished) or does not say.
+type Container struct {
+	ID       string            `json:"id"`
+	Name     string            `json:"name"`
+	Image    string            `json:"image"`
+	State    State             `json:"state"`
+	Labels   map[string]string `json:"labels"`
+	Created  time.Time         `json:"created"`
+	Started  time.Time         `json:"started"`
+	Finished time.Time         `json:"finished"`
+}
+
+// ListOptions selects containers for Runtime.List. All filters must match.
+type ListOptions struct {
+	// Labels are label filters: "key" (present) or "key=value".
+	Labels []string
+	// Status keeps only containers in these states (engine filter
+	// status=...); empty means every state.
+	Status []State
+	// Name keeps containers whose name matches this engine name filter.
+	Name string
+}
+
+// RunSpec describes a detached container to create and start.
+type RunSpec struct {
+	Name   string
+	Labels map[string]string
+	// Env is passed as "-e NAME" on argv with the value in the engine
+	// client's environment, so values never appear on any command line.
+	Env map[string]string
+	// Args are further run flags, in order, placed after name, labels and
+	// env and before the image (hardening, limits, mounts, extra args).
+	Args  []string
+	Image string
+	Cmd   []string
+}
+
+// ExecSpec describes a command to run in a running container.
+type ExecSpec struct {
+	ID      string
+	Cmd     []string
+	WorkDir string
+	User    string
+	// Env as in RunSpec: names on argv, values in the client's environment.
+	Env         map[string]string
+	Interactive bool // keep stdin open (-i)
+	TTY         bool // allocate a terminal (-t)
+	Stdin       io.Reader
+	Stdout      io.Writer
+	Stderr      io.Writer
+}
+
+// Version is what `<engine> version` reports.
+type Version struct {
+	Client string `json:"client"`
+	Server string `json:"server"` // empty when the engine has no daemon or it is unreachable
+}
+
+// Info is what hsbx needs from `<engine> info`.
+type Info struct {
+	ServerVersion string
+	Rootless      bool
+	CgroupVersion string
+	// StorageDriver and BackingFS tell whether a disk quota can work.
+	StorageDriver string
+	BackingFS     string
+}
+
+// Runtime is a container engine driven through its CLI. Every method that
+// talks to the engine takes a context and is bounded by a timeout. Errors
+// wrap the sentinels in errors.go and carry the engine's own message.
+type Runtime interface {
+	// Dialect says which CLI family this is.
+	Dialect() Dialect
+	// Binary is the path of the engine CLI.
+	Binary() string
+	// List returns all containers (running or not) matching opts.
+	List(ctx context.Context, opts ListOptions) ([]Container, error)
+	// Inspect returns the containers among ids that exist, in one engine
+	// call. When some do not exist the error wraps ErrNotFound (see
+	// *MissingError) and the found ones are still returned.
+	Inspect(ctx context.Context, ids ...string) ([]Container, error)
+	// Run creates and starts a detached container and returns its full ID.
+	Run(ctx context.Context, spec RunSpec) (string, error)
+	// Start starts a stopped container.
+	Start(ctx context.Context, id string) error
+	// Stop stops a container, killing it after grace.
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	// Unpause resumes a paused container.
+	Unpause(ctx context.Context, id string) error
+	// Remove removes containers in one call; force removes running ones
+	// too. IDs that do not exist are not an error (they are gone, which is
+	// what was asked); callers that must know verify with List or Inspect.
+	Remove(ctx context.Context, force bool, ids ...string) error
+	// Exec runs a command in a running container, streaming its stdio, and
+	// returns the command's exit code. An error means the engine failed,
+	// not the command.
+	Exec(ctx context.Context, spec ExecSpec) (int, error)
+	// Version reports client and server versions.
+	Version(ctx context.Context) (Version, error)
+	// Info reports the engine's host facts; it fails with ErrUnreachable
+	// when the engine cannot be reached.
+	Info(ctx context.Context) (Info, error)
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# capture.sh — record what a real engine prints (stdout, stderr, exit code) for
+# every call hsbx makes and every failure it classifies, into
+# testdata/engines/<engine>-<version>/<case>.{argv,stdout,stderr,exit}.
+# The parser tables and the fake-engine fidelity test read these files.
+#
+# Usage: scripts/capture.sh BINARY [LABEL]   (after `. /tmp/hsbx-engines/env.sh`)
+set -uo pipefail
+bin=${1:?usage: capture.sh BINARY [LABEL]}
+image=${HSBX_IT_IMAGE:-hsbx-busybox}
+ver=$("$bin" --version | head -1)
+case "$ver" in
+  podman*) dialect=podman; v=$(echo "$ver" | awk '{print $3}') ;;
+  Docker*) dialect=docker; v=$("$bin" version --format '{{.Server.Version}}' 2>/dev/null || echo unknown)
+           v="client$(echo "$ver" | awk '{print $3}' | tr -d ,)-engine$v" ;;
+  *) echo "unknown engine: $ver" >&2; exit 1 ;;
+esac
+label=${2:-$dialect-$v}
+out="$(cd "$(dirname "$0")/.." && pwd)/testdata/engines/$label"
+rm -rf "$out"; mkdir -p "$out"
+echo "capturing $bin ($ver) into $out" >&2
+
+cap() { # cap NAME ARGS...   (runs BINARY ARGS..., env from the caller)
+  local name=$1; shift
+  printf '%s\n' "$@" >"$out/$name.argv"
+  "$bin" "$@" >"$out/$name.stdout" 2>"$out/$name.stderr"
+  echo $? >"$out/$name.exit"
+}
+
+if [ "$dialect" = docker ]; then psfmt='{{json .}}'; else psfmt=json; fi
+"$bin" rm -f cap-run cap-exit cap-created cap-paused cap-stop >/dev/null 2>&1
+net=(--network none)
+"$bin" run -d --init --name cap-run --label hermes-agent=1 --label hermes-task-id=t1 \
+  --label hermes-profile=default --label 'weird=a,b=c' "${net[@]}" "$image" sleep infinity >/dev/null
+"$bin" run --name cap-exit --label hermes-agent=1 "${net[@]}" "$image" sh -c 'exit 3' >/dev/null
+"$bin" create --name cap-created --label hermes-agent=1 "${net[@]}" "$image" sleep 1 >/dev/null
+"$bin" run -d --name cap-paused "${net[@]}" "$image" sleep infinity >/dev/null
+"$bin" pause cap-paused >/dev/null
+
+cap version_flag --version
+cap version version --format '{{json .}}'
+cap info info --format '{{json .}}'
+cap ps_all ps -a --no-trunc --format "$psfmt"
+cap ps_label ps -a --no-trunc --format "$psfmt" --filter label=hermes-agent=1 --filter label=hermes-task-id=t1
+cap ps_exited ps -a --no-trunc --format "$psfmt" --filter label=hermes-agent=1 --filter status=exited
+cap ps_none ps -a --no-trunc --format "$psfmt" --filter label=hermes-agent=nothing-has-this
+cap inspect_all container inspect cap-run cap-exit cap-created cap-paused
+cap inspect_missing container inspect cap-run cap-nonexist
+cap inspect_none container inspect cap-nonexist
+cap start_missing start cap-nonexist
+cap start_running start cap-run
+cap stop_missing stop cap-nonexist
+cap stop_stopped stop cap-exit
+cap rm_missing_force rm -f cap-nonexist
+cap rm_missing rm cap-nonexist
+cap rm_running rm cap-run
+cap rm_multi rm -f cap-created cap-nonexist
+cap run_name_in_use run -d --name cap-run "${net[@]}" "$image" true
+cap run_bad_image run -d --name cap-bad "${net[@]}" nosuchimage:1 true
+cap run_bad_flag run --bogus "$image"
+cap exec_missing exec cap-nonexist true
+cap exec_stopped exec cap-exit true
+cap exec_paused exec cap-paused true
+cap exec_not_found exec cap-run nosuchcmd
+cap exec_not_executable exec cap-run /etc/passwd
+cap exec_exit125 exec cap-run sh -c 'exit 125'
+cap exec_exit1 exec cap-run sh -c 'echo out; echo err >&2; exit 1'
+cap exec_bad_workdir exec -w /nonexist cap-run true
+cap unpause_running unpause cap-run
+cap pause_paused pause cap-paused
+"$bin" run -d --name cap-stop "${net[@]}" "$image" sleep infinity >/dev/null
+cap stop_running stop -t 1 cap-stop
+cap rm_stopped rm cap-stop
+"$bin" rm -f cap-run cap-exit cap-created cap-paused cap-stop >/dev/null 2>&1
+
+# The engine out of reach.
+if [ "$dialect" = docker ]; then
+  DOCKER_HOST=unix:///nonexistent/docker.sock cap down_ps ps -a --no-trunc --format "$psfmt"
+  DOCKER_HOST=unix:///nonexistent/docker.sock cap down_version version --format '{{json .}}'
+  DOCKER_HOST=unix:///nonexistent/docker.sock cap down_info info --format '{{json .}}'
+  DOCKER_HOST=unix:///nonexistent/docker.sock cap down_run run -d "$image" true
+  DOCKER_HOST=unix:///nonexistent/docker.sock cap down_exec exec x true
+else
+  CONTAINER_HOST=unix:///nonexistent/podman.sock cap down_ps --remote ps -a --format json
+  CONTAINER_HOST=unix:///nonexistent/podman.sock cap down_info --remote info --format json
+  CONTAINER_HOST=unix:///nonexistent/podman.sock cap down_exec --remote exec x true
+fi
+echo "done: $(ls "$out" | wc -l) files" >&2

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# engines.sh — install and start real Docker Engine and Podman (rootful and
+# rootless) on a fresh Debian machine with no container registry, and import a
+# busybox image into each. Idempotent: a second run reuses what is there.
+#
+# Usage (as root):  scripts/engines.sh [DIR]    (DIR defaults to /tmp/hsbx-engines)
+# Afterwards:       . DIR/env.sh                 (DOCKER_HOST, CONTAINERS_CONF, HSBX_IT_*)
+set -euo pipefail
+
+dir=${1:-${HSBX_ENGINES_DIR:-/tmp/hsbx-engines}}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+image=hsbx-busybox
+user=hsbxci
+
+say() { printf 'engines: %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
+
+need_pkgs=()
+for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  say "installing ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+mkdir -p "$dir"
+conf="$dir/containers.conf"
+cp "$here/containers.conf" "$conf"
+chmod 0644 "$conf"
+export CONTAINERS_CONF="$conf"
+
+# --- Docker Engine: a private dockerd on its own socket ----------------------
+sock="$dir/docker.sock"
+export DOCKER_HOST="unix://$sock"
+dockercli=/usr/bin/docker
+if ! "$dockercli" version >/dev/null 2>&1; then
+  say "starting dockerd on $sock"
+  mkdir -p "$dir/docker-data" "$dir/docker-exec"
+  nohup setsid dockerd --host "$DOCKER_HOST" --data-root "$dir/docker-data" \
+    --exec-root "$dir/docker-exec" --pidfile "$dir/dockerd.pid" \
+    --iptables=false --bridge=none >"$dir/dockerd.log" 2>&1 </dev/null &
+  for _ in $(seq 1 100); do
+    "$dockercli" version >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  "$dockercli" version >/dev/null 2>&1 || { tail -20 "$dir/dockerd.log" >&2; die "dockerd did not come up"; }
+fi
+
+# --- the image: a busybox rootfs, no registry needed -------------------------
+tarball="$dir/busybox-rootfs.tar"
+if [ ! -s "$tarball" ]; then
+  say "building busybox rootfs"
+  r="$dir/rootfs"
+  rm -rf "$r"
+  mkdir -p "$r/bin" "$r/tmp" "$r/root" "$r/workspace" "$r/etc" "$r/var/tmp" "$r/run"
+  cp /bin/busybox "$r/bin/busybox"
+  for c in $("$r/bin/busybox" --list); do
+    [ "$c" = busybox ] || ln -sf busybox "$r/bin/$c"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$r/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
+  chmod 1777 "$r/tmp" "$r/var/tmp"
+  tar -C "$r" -cf "$tarball" .
+  chmod 0644 "$tarball"
+fi
+"$dockercli" image inspect "$image" >/dev/null 2>&1 || "$dockercli" import "$tarball" "$image" >/dev/null
+podman image exists "localhost/$image" || podman import "$tarball" "$image" >/dev/null
+
+# --- rootless podman: a normal user with subordinate ids ---------------------
+id -u "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
+grep -q "^$user:" /etc/subuid || echo "$user:200000:65536" >>/etc/subuid
+grep -q "^$user:" /etc/subgid || echo "$user:200000:65536" >>/etc/subgid
+uid=$(id -u "$user")
+rundir="$dir/rootless-run"
+mkdir -p "$rundir" && chown "$user:" "$rundir" && chmod 0700 "$rundir"
+chmod 0755 "$dir"
+# A wrapper that runs podman as the rootless user while keeping the caller's
+# environment (hsbx passes secret env values through it, never on argv).
+wrapper="$dir/bin/podman-rootless"
+mkdir -p "$dir/bin"
+cat >"$wrapper" <<WRAP
+#!/bin/sh
+exec setpriv --reuid=$uid --regid=$(id -g "$user") --init-groups \\
+  env HOME=/home/$user USER=$user XDG_RUNTIME_DIR=$rundir CONTAINERS_CONF=$conf \\
+  /usr/bin/podman "\$@"
+WRAP
+chmod 0755 "$wrapper"
+"$wrapper" image exists "localhost/$image" || "$wrapper" import "$tarball" "$image" >/dev/null
+
+# A "docker" that is really podman (the podman-docker shim), for detection tests.
+mkdir -p "$dir/shim"
+printf '#!/bin/sh\nexec /usr/bin/podman "$@"\n' >"$dir/shim/docker"
+chmod 0755 "$dir/shim/docker"
+
+cat >"$dir/env.sh" <<ENV
+# written by scripts/engines.sh — source it to reach the real engines
+export DOCKER_HOST=$DOCKER_HOST
+export CONTAINERS_CONF=$conf
+export HSBX_IT_IMAGE=$image
+export HSBX_IT_DOCKER=$dockercli
+export HSBX_IT_PODMAN=/usr/bin/podman
+export HSBX_IT_PODMAN_ROOTLESS=$wrapper
+export HSBX_IT_DOCKER_SHIM=$dir/shim/docker
+ENV
+
+"$dockercli" run --rm --network none "$image" true || die "docker cannot run a container"
+podman run --rm --network none "$image" true || die "podman (rootful) cannot run a container"
+"$wrapper" run --rm --network none "$image" true || die "podman (rootless) cannot run a container"
+say "ready: . $dir/env.sh"
