@@ -138,9 +138,10 @@ type Runtime interface {
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	// Unpause resumes a paused container.
 	Unpause(ctx context.Context, id string) error
-	// Remove removes containers in one call; force removes running ones
-	// too. IDs that do not exist are not an error (they are gone, which is
-	// what was asked); callers that must know verify with List or Inspect.
+	// Remove removes containers, in one call when the engine cooperates;
+	// force removes running ones too. IDs that do not exist are not an
+	// error (they are gone, which is what was asked). A zero exit status is
+	// not proof: callers that must know verify with List or Inspect.
 	Remove(ctx context.Context, force bool, ids ...string) error
 	// Exec runs a command in a running container, streaming its stdio, and
 	// returns the command's exit code. An error means the engine failed,

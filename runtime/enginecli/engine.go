@@ -271,22 +271,46 @@ func (e *Engine) Unpause(ctx context.Context, id string) error {
 	return err
 }
 
-// Remove implements runtime.Runtime.
+// Remove implements runtime.Runtime. Both engines echo each ref they
+// removed. podman 4.3's `rm -f a missing b` exits 0, prints nothing and
+// removes nothing, so refs missing from the echo are retried one by one;
+// a single missing ref is then reported gone (as asked).
 func (e *Engine) Remove(ctx context.Context, force bool, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	echoed, err := e.remove(ctx, force, ids)
+	if err != nil || len(ids) == 1 {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		if !echoed[id] {
+			if _, err := e.remove(ctx, force, []string{id}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// remove runs one rm and returns the refs the engine echoed as removed.
+func (e *Engine) remove(ctx context.Context, force bool, ids []string) (map[string]bool, error) {
 	args := []string{"rm"}
 	if force {
 		args = append(args, "-f")
 	}
 	args = append(args, ids...)
-	_, err := e.call(ctx, OpRemove, args, nil, e.timeout)
+	res, err := e.call(ctx, OpRemove, args, nil, e.timeout)
+	echoed := map[string]bool{}
+	for _, f := range strings.Fields(string(res.Stdout)) {
+		echoed[f] = true
+	}
 	var ee *runtime.EngineError
 	if errors.As(err, &ee) && e.onlyNotFound(ee.Stderr) {
-		return nil // every complaint was about a container that is already gone
+		err = nil // every complaint was about a container that is already gone
 	}
-	return err
+	return echoed, err
 }
 
 // onlyNotFound reports whether every error line in stderr says "no such container".

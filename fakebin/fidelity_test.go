@@ -1,0 +1,188 @@
+package fakebin_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hsbx/hsbx/fakebin"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/docker"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/runtime/podman"
+)
+
+// steps replays scripts/capture.sh: setup commands (prefixed "!") and the
+// captured cases, in the order the script ran them.
+var steps = []string{
+	"!run -d --init --name cap-run --label hermes-agent=1 --label hermes-task-id=t1 --label hermes-profile=default --label weird=a,b=c --network none hsbx-busybox sleep infinity",
+	"!run --name cap-exit --label hermes-agent=1 --network none hsbx-busybox sh -c exit_3",
+	"!create --name cap-created --label hermes-agent=1 --network none hsbx-busybox sleep 1",
+	"!run -d --name cap-paused --network none hsbx-busybox sleep infinity",
+	"!pause cap-paused",
+	"version_flag", "version", "info", "ps_all", "ps_label", "ps_exited", "ps_none",
+	"inspect_all", "inspect_missing", "inspect_none", "start_missing", "start_running",
+	"stop_missing", "stop_stopped", "rm_missing_force", "rm_missing", "rm_running", "rm_multi",
+	"run_name_in_use", "run_bad_image", "run_bad_flag", "exec_missing", "exec_stopped", "exec_paused",
+	"exec_not_found", "exec_not_executable", "exec_exit125", "exec_exit1", "exec_bad_workdir",
+	"unpause_running", "pause_paused",
+	"!run -d --name cap-stop --network none hsbx-busybox sleep infinity",
+	"stop_running", "rm_stopped",
+	"!rm -f cap-run cap-exit cap-created cap-paused cap-stop",
+	"down_ps", "down_version", "down_info", "down_run", "down_exec",
+}
+
+func TestFakesMatchCapturedEngines(t *testing.T) {
+	for _, tc := range []struct {
+		fake, dir string
+		d         enginecli.Dialect
+	}{
+		{"docker", "docker-client28.2.2-engine20.10.24", docker.Dialect{}},
+		{"podman", "podman-4.3.1", podman.Dialect{}},
+	} {
+		t.Run(tc.fake, func(t *testing.T) {
+			dir := filepath.Join("..", "testdata", "engines", tc.dir)
+			state := t.TempDir()
+			env := []string{"FAKEENGINE_DIR=" + state}
+			run := func(args []string, extraEnv ...string) (string, string, int) {
+				var out, errb bytes.Buffer
+				code := fakebin.Run(tc.fake, args, append(env, extraEnv...), strings.NewReader(""), &out, &errb)
+				return out.String(), errb.String(), code
+			}
+			compared := 0
+			defer func() {
+				if compared < 35 {
+					t.Errorf("only %d captured cases compared; the captures or the step list are incomplete", compared)
+				}
+			}()
+			for _, step := range steps {
+				if setup, ok := strings.CutPrefix(step, "!"); ok {
+					args := strings.Fields(strings.ReplaceAll(setup, "exit_3", "'exit 3'"))
+					if strings.Contains(setup, "exit_3") {
+						args = []string{"run", "--name", "cap-exit", "--label", "hermes-agent=1", "--network", "none", "hsbx-busybox", "sh", "-c", "exit 3"}
+					}
+					if _, e, code := run(args); code != 0 && !strings.HasPrefix(setup, "run --name cap-exit") {
+						t.Fatalf("setup %q: exit %d: %s", setup, code, e)
+					}
+					continue
+				}
+				argvB, err := os.ReadFile(filepath.Join(dir, step+".argv"))
+				if err != nil {
+					continue // this engine has no such case
+				}
+				args := strings.Split(strings.TrimSuffix(string(argvB), "\n"), "\n")
+				var extra []string
+				if strings.HasPrefix(step, "down_") {
+					extra = []string{"DOCKER_HOST=unix:///nonexistent/docker.sock", "CONTAINER_HOST=unix:///nonexistent/podman.sock"}
+				}
+				realOut, _ := os.ReadFile(filepath.Join(dir, step+".stdout"))
+				realErr, _ := os.ReadFile(filepath.Join(dir, step+".stderr"))
+				codeB, _ := os.ReadFile(filepath.Join(dir, step+".exit"))
+				realCode, _ := strconv.Atoi(strings.TrimSpace(string(codeB)))
+
+				out, errOut, code := run(args, extra...)
+				compared++
+				if code != realCode {
+					t.Errorf("%s: fake exit %d, real %d\nfake stderr: %s\nreal stderr: %s", step, code, realCode, errOut, realErr)
+					continue
+				}
+				op := opOf(args)
+				if realCode != 0 {
+					want := tc.d.Classify(op, realCode, string(realErr))
+					got := tc.d.Classify(op, code, errOut)
+					if !errors.Is(got, want) || (want == nil) != (got == nil) {
+						t.Errorf("%s: fake stderr classifies as %v, real as %v\nfake: %s\nreal: %s", step, got, want, errOut, realErr)
+					}
+				}
+				if (len(strings.TrimSpace(string(realOut))) == 0) != (len(strings.TrimSpace(out)) == 0) && op != enginecli.OpStart {
+					t.Errorf("%s: stdout presence differs\nfake: %q\nreal: %q", step, out, realOut)
+				}
+				compareParsed(t, step, tc.d, op, []byte(out), realOut)
+			}
+		})
+	}
+}
+
+func opOf(args []string) enginecli.Op {
+	for _, a := range args {
+		switch a {
+		case "ps":
+			return enginecli.OpPS
+		case "inspect":
+			return enginecli.OpInspect
+		case "run":
+			return enginecli.OpRun
+		case "start":
+			return enginecli.OpStart
+		case "stop":
+			return enginecli.OpStop
+		case "rm":
+			return enginecli.OpRemove
+		case "exec":
+			return enginecli.OpExec
+		case "version":
+			return enginecli.OpVersion
+		case "info":
+			return enginecli.OpInfo
+		case "pause", "unpause":
+			return enginecli.OpUnpause
+		}
+	}
+	return ""
+}
+
+// compareParsed checks the fake's output parses like the real one: the
+// same containers (by name, for the cap-* set) in the same states.
+func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.Op, fake, real []byte) {
+	t.Helper()
+	var parse func([]byte) ([]runtime.Container, error)
+	switch op {
+	case enginecli.OpPS:
+		parse = d.ParsePS
+	case enginecli.OpInspect:
+		parse = enginecli.ParseInspect
+	case enginecli.OpInfo:
+		_, rerr := d.ParseInfo(real)
+		_, ferr := d.ParseInfo(fake)
+		if (rerr == nil) != (ferr == nil) {
+			t.Errorf("%s: ParseInfo real err %v, fake err %v", step, rerr, ferr)
+		}
+		return
+	case enginecli.OpVersion:
+		rv, rerr := d.ParseVersion(real)
+		fv, ferr := d.ParseVersion(fake)
+		if (rerr == nil) != (ferr == nil) || (rv.Server == "") != (fv.Server == "") {
+			t.Errorf("%s: ParseVersion real %+v %v, fake %+v %v", step, rv, rerr, fv, ferr)
+		}
+		return
+	default:
+		return
+	}
+	rc, rerr := parse(real)
+	fc, ferr := parse(fake)
+	if (rerr == nil) != (ferr == nil) {
+		t.Fatalf("%s: parse real err %v, fake err %v", step, rerr, ferr)
+	}
+	states := func(cs []runtime.Container) map[string]runtime.State {
+		m := map[string]runtime.State{}
+		for _, c := range cs {
+			if strings.HasPrefix(c.Name, "cap-") {
+				m[c.Name] = c.State
+			}
+		}
+		return m
+	}
+	rs, fs := states(rc), states(fc)
+	if len(rs) != len(fs) {
+		t.Errorf("%s: real containers %v, fake %v", step, rs, fs)
+	}
+	for name, st := range rs {
+		if fs[name] != st {
+			t.Errorf("%s: %s real state %s, fake %s", step, name, st, fs[name])
+		}
+	}
+}

@@ -1,0 +1,428 @@
+package fakebin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var runFlags = flagSet{
+	values: set("--name", "--label", "-l", "--env", "-e", "--env-file", "--workdir", "-w", "--cap-drop", "--cap-add",
+		"--security-opt", "--tmpfs", "--pids-limit", "--cpus", "--memory", "-m", "--shm-size", "--network", "--net",
+		"--storage-opt", "--volume", "-v", "--user", "-u", "--mount", "--add-host", "--hostname", "-h", "--entrypoint",
+		"--ulimit", "--memory-swap", "--device", "--dns", "--restart", "--stop-signal", "--stop-timeout", "--userns",
+		"--ipc", "--pid", "--platform", "--pull", "--log-driver", "--log-opt", "--label-file", "--cidfile", "--gpus",
+		"--publish", "-p", "--expose", "--group-add", "--cgroupns", "--cgroup-parent"),
+	bools: set("-d", "--detach", "--init", "--rm", "-i", "--interactive", "-t", "--tty", "--privileged", "--read-only", "-P"),
+}
+
+// images lists the images the fake engine has; anything else cannot be
+// pulled (there is no registry), as on the machines hsbx is tested on.
+func (f *fake) images() []string {
+	if s, ok := f.env["FAKEENGINE_IMAGES"]; ok {
+		return strings.Split(s, ",")
+	}
+	return []string{"hsbx-busybox", "busybox", "alpine", "debian:bookworm-slim"}
+}
+
+func normImage(s string) string {
+	s = strings.TrimPrefix(s, "docker.io/library/")
+	s = strings.TrimPrefix(s, "docker.io/")
+	s = strings.TrimPrefix(s, "localhost/")
+	return strings.TrimSuffix(s, ":latest")
+}
+
+func (f *fake) haveImage(img string) bool {
+	for _, have := range f.images() {
+		if normImage(have) == normImage(img) {
+			return true
+		}
+	}
+	return false
+}
+
+var errNameInUse = errors.New("name in use")
+
+func (f *fake) run(args []string, createOnly bool) int {
+	p, bad := runFlags.parse(args)
+	if bad != "" {
+		return f.flagError(bad)
+	}
+	if len(p.pos) == 0 {
+		if f.dialect == "podman" {
+			fmt.Fprintf(f.stderr, "Error: requires at least 1 arg(s), only received 0\n")
+			return 125
+		}
+		fmt.Fprintf(f.stderr, "docker: '%s' requires at least 1 argument\n\nRun 'docker %s --help' for more information\n", f.sub, f.sub)
+		return 125
+	}
+	image, cmd := p.pos[0], p.pos[1:]
+	if !f.haveImage(image) {
+		if f.dialect == "podman" {
+			fmt.Fprintf(f.stderr, "Error: short-name %q did not resolve to an alias and no unqualified-search registries are defined in \"/etc/containers/registries.conf\"\n", image)
+		} else {
+			fmt.Fprintf(f.stderr, "Unable to find image '%s' locally\ndocker: Error response from daemon: Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: no such host\n\nRun 'docker %s --help' for more information\n", image, f.sub)
+		}
+		return 125
+	}
+	if f.env["FAKEENGINE_ROOTLESS"] == "1" && f.dialect == "podman" && p.has("--memory", "-m", "--cpus", "--pids-limit") {
+		fmt.Fprintln(f.stderr, `time="2026-11-22T06:00:00Z" level=warning msg="Resource limits are not supported and ignored on cgroups V1 rootless systems"`)
+	}
+	labels := map[string]string{}
+	for _, l := range append(p.vals["--label"], p.vals["-l"]...) {
+		k, v, _ := strings.Cut(l, "=")
+		labels[k] = v
+	}
+	var env []string
+	for _, e := range append(p.vals["--env"], p.vals["-e"]...) {
+		if k, _, ok := strings.Cut(e, "="); ok && k != "" {
+			env = append(env, e)
+		} else if v, ok := f.env[e]; ok { // -e NAME: the value comes from the client's environment
+			env = append(env, e+"="+v)
+		}
+	}
+	detach := p.has("-d", "--detach")
+	c := &Container{
+		Name: p.last("--name"), Image: image, Labels: labels, Cmd: cmd, Env: env,
+		WorkDir: p.last("--workdir", "-w"), User: p.last("--user", "-u"), Init: p.has("--init"),
+		RunArgs: args, Created: f.now, State: "created",
+	}
+	if c.WorkDir == "" {
+		c.WorkDir = "/"
+	}
+	var clash *Container
+	err := f.st.update(func(st *State) error {
+		if c.Name != "" {
+			if clash = st.find(c.Name); clash != nil && clash.Name == c.Name {
+				return errNameInUse
+			}
+		}
+		c.ID = st.newID(c.Name, f.now)
+		if c.Name == "" {
+			c.Name = randomName(st.Seq)
+		}
+		if !createOnly {
+			c.StartedAt = f.now
+			if longRunning(cmd) {
+				c.State = "running"
+			} else {
+				c.State, c.FinishedAt = "exited", f.now
+				c.ExitCode = quickExit(cmd)
+			}
+		}
+		st.Containers = append(st.Containers, c)
+		return nil
+	})
+	if errors.Is(err, errNameInUse) {
+		if f.dialect == "podman" {
+			fmt.Fprintf(f.stderr, "Error: creating container storage: the container name %q is already in use by %s. You have to remove that container to be able to reuse that name: that name is already in use\n", c.Name, clash.ID)
+		} else {
+			fmt.Fprintf(f.stderr, "docker: Error response from daemon: Conflict. The container name \"/%s\" is already in use by container %q. You have to remove (or rename) that container to be able to reuse that name.\n\nRun 'docker %s --help' for more information\n", c.Name, clash.ID, f.sub)
+		}
+		return 125
+	}
+	if err != nil {
+		return f.fail(err)
+	}
+	if createOnly || detach {
+		fmt.Fprintln(f.stdout, c.ID)
+		return 0
+	}
+	code := f.shell(c, cmd, c.WorkDir, nil)
+	if p.has("--rm") {
+		_ = f.st.update(func(st *State) error { st.remove(st.find(c.ID)); return nil })
+	}
+	return code
+}
+
+// longRunning says whether a container's main command keeps it running.
+func longRunning(cmd []string) bool {
+	if len(cmd) == 0 {
+		return true // the image's default: a shell that waits
+	}
+	switch cmd[0] {
+	case "sleep":
+		return len(cmd) > 1 && cmd[1] != "0"
+	case "tail", "cat", "sh", "bash":
+		return len(cmd) == 1 || (len(cmd) > 1 && cmd[1] == "-f")
+	}
+	return false
+}
+
+// quickExit is the status of a short-lived main command (`sh -c 'exit N'`, false).
+func quickExit(cmd []string) int {
+	if len(cmd) == 0 {
+		return 0
+	}
+	if cmd[0] == "false" {
+		return 1
+	}
+	if len(cmd) == 3 && cmd[1] == "-c" && strings.HasPrefix(cmd[2], "exit ") {
+		var n int
+		fmt.Sscanf(cmd[2], "exit %d", &n)
+		return n
+	}
+	return 0
+}
+
+// each applies fn to every ref under one lock; fn returns the exit status
+// for that ref (0 on success).
+func (f *fake) each(refs []string, fn func(st *State, ref string, c *Container) int) int {
+	status := 0
+	err := f.st.update(func(st *State) error {
+		for _, ref := range refs {
+			c := st.find(ref)
+			if code := fn(st, ref, c); code != 0 {
+				status = code
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return f.fail(err)
+	}
+	return status
+}
+
+func (f *fake) start(args []string) int {
+	p, bad := flagSet{bools: set("-a", "--attach", "-i", "--interactive")}.parse(args)
+	if bad != "" || len(p.pos) == 0 {
+		return f.flagError(bad)
+	}
+	var failed []string
+	code := f.each(p.pos, func(st *State, ref string, c *Container) int {
+		switch {
+		case c == nil:
+			f.notFound(ref)
+			failed = append(failed, ref)
+			return f.notFoundCode()
+		case c.State == "running":
+			if f.dialect == "docker" {
+				fmt.Fprintln(f.stdout, ref)
+			}
+			return 0
+		case c.State == "paused":
+			if f.dialect == "podman" {
+				fmt.Fprintf(f.stderr, "Error: unable to start container %q: container %s must be in Created or Stopped state to be started: container state improper\n", c.ID, c.ID)
+				return 125
+			}
+			fmt.Fprintln(f.stderr, "Error response from daemon: cannot start a paused container, try unpause instead")
+			failed = append(failed, ref)
+			return 1
+		}
+		c.State, c.StartedAt, c.ExitCode = "running", f.now, 0
+		if !longRunning(c.Cmd) {
+			c.State, c.FinishedAt, c.ExitCode = "exited", f.now, quickExit(c.Cmd)
+		}
+		fmt.Fprintln(f.stdout, ref)
+		return 0
+	})
+	if len(failed) > 0 && f.dialect == "docker" {
+		fmt.Fprintf(f.stderr, "Error: failed to start containers: %s\n", strings.Join(failed, ", "))
+	}
+	return code
+}
+
+func (f *fake) stop(args []string, kill bool) int {
+	p, bad := flagSet{values: set("-t", "--time", "--timeout", "-s", "--signal")}.parse(args)
+	if bad != "" || len(p.pos) == 0 {
+		return f.flagError(bad)
+	}
+	return f.each(p.pos, func(st *State, ref string, c *Container) int {
+		switch {
+		case c == nil:
+			f.notFound(ref)
+			return f.notFoundCode()
+		case kill && c.State != "running" && c.State != "paused":
+			if f.dialect == "podman" {
+				fmt.Fprintf(f.stderr, "Error: can only kill running containers. %s is in state %s: container state improper\n", c.ID, c.State)
+				return 125
+			}
+			fmt.Fprintf(f.stderr, "Error response from daemon: Cannot kill container: %s: Container %s is not running\n", ref, c.ID)
+			return 1
+		case c.State == "running" || c.State == "paused":
+			c.State, c.FinishedAt = "exited", f.now
+			c.ExitCode = 143
+			if kill || !c.Init {
+				c.ExitCode = 137 // without an init, sleep ignores SIGTERM as PID 1 and is killed
+			}
+		}
+		fmt.Fprintln(f.stdout, ref)
+		return 0
+	})
+}
+
+func (f *fake) rm(args []string) int {
+	p, bad := flagSet{bools: set("-f", "--force", "-v", "--volumes")}.parse(args)
+	if bad != "" || len(p.pos) == 0 {
+		return f.flagError(bad)
+	}
+	force := p.has("-f", "--force")
+	if f.dialect == "podman" && force && len(p.pos) > 1 {
+		// podman 4.3: `rm -f a missing b` exits 0, prints nothing, removes nothing.
+		missing := false
+		_ = f.st.view(func(st *State) error {
+			for _, ref := range p.pos {
+				missing = missing || st.find(ref) == nil
+			}
+			return nil
+		})
+		if missing {
+			return 0
+		}
+	}
+	return f.each(p.pos, func(st *State, ref string, c *Container) int {
+		switch {
+		case c == nil:
+			if f.dialect == "podman" && force {
+				return 0
+			}
+			f.notFound(ref)
+			if force {
+				return 0
+			}
+			return 1
+		case !force && (c.State == "running" || c.State == "paused"):
+			if f.dialect == "podman" {
+				fmt.Fprintf(f.stderr, "Error: cannot remove container %s as it is running - running or paused containers cannot be removed without force: container state improper\n", c.ID)
+				return 2
+			}
+			fmt.Fprintf(f.stderr, "Error response from daemon: You cannot remove a running container %s. Stop the container before attempting removal or force remove\n", c.ID)
+			return 1
+		}
+		st.remove(c)
+		fmt.Fprintln(f.stdout, ref)
+		return 0
+	})
+}
+
+func (f *fake) pause(args []string, pause bool) int {
+	p, bad := flagSet{}.parse(args)
+	if bad != "" || len(p.pos) == 0 {
+		return f.flagError(bad)
+	}
+	return f.each(p.pos, func(st *State, ref string, c *Container) int {
+		switch {
+		case c == nil:
+			f.notFound(ref)
+			return f.notFoundCode()
+		case pause && c.State == "paused":
+			return f.stateErr(fmt.Sprintf("Container %s is already paused", c.ID), fmt.Sprintf("%q is already paused", c.ID))
+		case !pause && c.State != "paused":
+			return f.stateErr(fmt.Sprintf("Container %s is not paused", c.ID), fmt.Sprintf("%q is not paused, can't unpause", c.ID))
+		case pause && c.State != "running":
+			return f.stateErr(fmt.Sprintf("Container %s is not running", c.ID), fmt.Sprintf("%q is not running, can't pause", c.ID))
+		}
+		if pause {
+			c.State = "paused"
+		} else {
+			c.State = "running"
+		}
+		fmt.Fprintln(f.stdout, ref)
+		return 0
+	})
+}
+
+func (f *fake) stateErr(dockerMsg, podmanMsg string) int {
+	if f.dialect == "podman" {
+		fmt.Fprintf(f.stderr, "Error: %s: container state improper\n", podmanMsg)
+		return 125
+	}
+	fmt.Fprintf(f.stderr, "Error response from daemon: %s\n", dockerMsg)
+	return 1
+}
+
+var execFlags = flagSet{values: set("-w", "--workdir", "-u", "--user", "-e", "--env", "--detach-keys", "--env-file"),
+	bools: set("-i", "--interactive", "-t", "--tty", "-d", "--detach", "--privileged")}
+
+func (f *fake) exec(args []string) int {
+	p, bad := execFlags.parse(args)
+	if bad != "" {
+		return f.flagError(bad)
+	}
+	if len(p.pos) < 2 {
+		if f.dialect == "podman" {
+			fmt.Fprintln(f.stderr, "Error: must provide a non-empty command to start an exec session: invalid argument")
+			return 125
+		}
+		fmt.Fprintf(f.stderr, "docker: 'exec' requires at least 2 arguments\n\nRun 'docker exec --help' for more information\n")
+		return 1
+	}
+	ref, cmd := p.pos[0], p.pos[1:]
+	var c *Container
+	if err := f.st.view(func(st *State) error {
+		if found := st.find(ref); found != nil {
+			cp := *found
+			c = &cp
+		}
+		return nil
+	}); err != nil {
+		return f.fail(err)
+	}
+	switch {
+	case c == nil:
+		f.notFound(ref)
+		return f.notFoundCode()
+	case c.State == "paused" && f.dialect == "docker":
+		fmt.Fprintf(f.stderr, "Error response from daemon: Container %s is paused, unpause the container before exec\n", ref)
+		return 1
+	case c.State != "running":
+		if f.dialect == "podman" {
+			fmt.Fprintln(f.stderr, "Error: can only create exec sessions on running containers: container state improper")
+			return 255
+		}
+		fmt.Fprintf(f.stderr, "Error response from daemon: Container %s is not running\n", c.ID)
+		return 1
+	}
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + c.ID[:12]}, c.Env...)
+	for _, e := range append(p.vals["-e"], p.vals["--env"]...) {
+		if k, _, ok := strings.Cut(e, "="); ok && k != "" {
+			env = append(env, e)
+		} else if v, ok := f.env[e]; ok {
+			env = append(env, e+"="+v)
+		}
+	}
+	wd := p.last("-w", "--workdir")
+	if wd == "" {
+		wd = c.WorkDir
+	}
+	if !knownDir(c, wd) {
+		return f.ociError(fmt.Sprintf("chdir to cwd (%q) set in config.json failed: no such file or directory", wd), 127)
+	}
+	return f.shell(c, cmd, wd, env)
+}
+
+// knownDirs exist in every fake container; the container's workdir and
+// mount targets are added.
+var knownDirs = set("/", "/root", "/tmp", "/var/tmp", "/run", "/etc", "/bin", "/home", "/workspace", "/usr", "/var")
+
+func knownDir(c *Container, d string) bool {
+	if knownDirs[d] || d == c.WorkDir {
+		return true
+	}
+	for i, a := range c.RunArgs {
+		if (a == "-v" || a == "--volume") && i+1 < len(c.RunArgs) {
+			parts := strings.Split(c.RunArgs[i+1], ":")
+			if len(parts) >= 2 && strings.HasPrefix(d, parts[1]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ociError prints the runtime's failure to start a process the way each
+// engine does: docker on stdout with status 126, podman on stderr with 126
+// (permission) or 127 (not found).
+func (f *fake) ociError(what string, podmanCode int) int {
+	if f.dialect == "podman" {
+		suffix := "OCI runtime attempted to invoke a command that was not found"
+		if podmanCode == 126 {
+			suffix = "OCI permission denied"
+		}
+		fmt.Fprintf(f.stderr, "Error: runc: exec failed: unable to start container process: %s: %s\n", what, suffix)
+		return podmanCode
+	}
+	fmt.Fprintf(f.stdout, "OCI runtime exec failed: exec failed: unable to start container process: %s: unknown\n", what)
+	return 126
+}

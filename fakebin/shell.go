@@ -1,0 +1,202 @@
+package fakebin
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// shell runs cmd "inside" container c: a handful of builtins and a tiny
+// `sh -c` (statements separated by ; or &&, `exit N`, `>&2`, $VAR), which
+// is all the scripts need. Anything else is "not found", as in a real
+// image without that program.
+func (f *fake) shell(c *Container, cmd []string, wd string, env []string) int {
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	sh := &miniShell{f: f, c: c, wd: wd, env: env, vars: vars, stdout: f.stdout, stderr: f.stderr}
+	code, _ := sh.run(cmd)
+	return code
+}
+
+type miniShell struct {
+	f              *fake
+	c              *Container
+	wd             string
+	env            []string
+	vars           map[string]string
+	stdout, stderr io.Writer
+}
+
+// run executes one command; exited says `exit` was called.
+func (s *miniShell) run(cmd []string) (code int, exited bool) {
+	if len(cmd) == 0 {
+		return 0, false
+	}
+	out := s.stdout
+	if n := len(cmd); n > 1 && cmd[n-1] == ">&2" {
+		cmd, out = cmd[:n-1], s.stderr
+	}
+	switch cmd[0] {
+	case "true", ":":
+		return 0, false
+	case "false":
+		return 1, false
+	case "echo":
+		args := cmd[1:]
+		nl := "\n"
+		if len(args) > 0 && args[0] == "-n" {
+			args, nl = args[1:], ""
+		}
+		fmt.Fprint(out, strings.Join(args, " ")+nl)
+		return 0, false
+	case "cat":
+		if s.f.stdin != nil {
+			io.Copy(out, s.f.stdin)
+		}
+		return 0, false
+	case "env":
+		for _, kv := range s.env {
+			fmt.Fprintln(out, kv)
+		}
+		return 0, false
+	case "printenv":
+		if len(cmd) > 1 {
+			v, ok := s.vars[cmd[1]]
+			if !ok {
+				return 1, false
+			}
+			fmt.Fprintln(out, v)
+		}
+		return 0, false
+	case "pwd":
+		fmt.Fprintln(out, s.wd)
+		return 0, false
+	case "hostname":
+		fmt.Fprintln(out, s.c.ID[:12])
+		return 0, false
+	case "id":
+		fmt.Fprintln(out, "uid=0(root) gid=0(root) groups=0(root)")
+		return 0, false
+	case "sleep":
+		if len(cmd) > 1 {
+			if cmd[1] == "infinity" {
+				select {}
+			}
+			if secs, err := strconv.ParseFloat(cmd[1], 64); err == nil {
+				time.Sleep(time.Duration(secs * float64(time.Second)))
+			}
+		}
+		return 0, false
+	case "exit":
+		n := 0
+		if len(cmd) > 1 {
+			n, _ = strconv.Atoi(cmd[1])
+		}
+		return n & 0xff, true
+	case "sh", "bash", "/bin/sh", "/bin/bash":
+		return s.sh(cmd[1:]), false
+	case "/etc/passwd", "/etc/group":
+		return s.f.ociError(fmt.Sprintf("exec: %q: permission denied", cmd[0]), 126), true
+	}
+	return s.f.ociError(fmt.Sprintf("exec: %q: executable file not found in $PATH", cmd[0]), 127), true
+}
+
+// sh handles `sh [-l] [-c SCRIPT]`; without -c it reads nothing and exits 0.
+func (s *miniShell) sh(args []string) int {
+	for len(args) > 0 && (args[0] == "-l" || args[0] == "-i" || args[0] == "-lc") {
+		if args[0] == "-lc" {
+			args[0] = "-c"
+			break
+		}
+		args = args[1:]
+	}
+	if len(args) < 2 || args[0] != "-c" {
+		return 0
+	}
+	code := 0
+	for _, stmt := range splitStatements(args[1]) {
+		words := s.words(stmt)
+		var exited bool
+		code, exited = s.run(words)
+		if exited {
+			return code
+		}
+	}
+	return code
+}
+
+func splitStatements(script string) []string {
+	script = strings.ReplaceAll(script, "&&", ";")
+	script = strings.ReplaceAll(script, "\n", ";")
+	var out []string
+	var cur strings.Builder
+	quote := rune(0)
+	for _, r := range script {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			}
+		case r == '\'' || r == '"':
+			quote = r
+		case r == ';':
+			out = append(out, cur.String())
+			cur.Reset()
+			continue
+		}
+		cur.WriteRune(r)
+	}
+	return append(out, cur.String())
+}
+
+// words splits a statement into words with '…' and "…" quoting and $VAR
+// expansion (not inside single quotes).
+func (s *miniShell) words(stmt string) []string {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	quote := rune(0)
+	rs := []rune(stmt)
+	for i := 0; i < len(rs); i++ {
+		r := rs[i]
+		switch {
+		case quote == '\'':
+			if r == '\'' {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '\'' || (r == '"' && quote == 0):
+			quote, inWord = r, true
+		case r == '"' && quote == '"':
+			quote = 0
+		case r == '$':
+			j := i + 1
+			for j < len(rs) && (rs[j] == '_' || rs[j] >= 'A' && rs[j] <= 'Z' || rs[j] >= 'a' && rs[j] <= 'z' || rs[j] >= '0' && rs[j] <= '9') {
+				j++
+			}
+			cur.WriteString(s.vars[string(rs[i+1:j])])
+			i = j - 1
+			inWord = true
+		case (r == ' ' || r == '\t') && quote == 0:
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words
+}
+

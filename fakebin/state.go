@@ -1,0 +1,175 @@
+package fakebin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Container is one fake container as kept in the state file.
+type Container struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	Image      string            `json:"image"`
+	Labels     map[string]string `json:"labels"`
+	State      string            `json:"state"` // created running paused exited dead
+	Created    time.Time         `json:"created"`
+	StartedAt  time.Time         `json:"started_at"`
+	FinishedAt time.Time         `json:"finished_at"`
+	ExitCode   int               `json:"exit_code"`
+	Cmd        []string          `json:"cmd"`
+	Env        []string          `json:"env"`
+	WorkDir    string            `json:"workdir"`
+	User       string            `json:"user"`
+	Init       bool              `json:"init"`
+	RunArgs    []string          `json:"run_args"`
+	// Execs holds the pids of fake exec processes currently running in it.
+	Execs map[string]int `json:"execs,omitempty"`
+}
+
+// State is the whole fake engine.
+type State struct {
+	Seq        int          `json:"seq"`
+	Containers []*Container `json:"containers"`
+}
+
+// store is the state file plus its lock, under dir.
+type store struct {
+	dir string
+}
+
+func (s store) path(name string) string { return filepath.Join(s.dir, name) }
+
+// lock takes the state lock (exclusive or shared) and returns its release.
+func (s store) lock(exclusive bool) (func(), error) {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(s.path("state.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// update locks the state, lets fn change it and writes it back (not when
+// fn fails).
+func (s store) update(fn func(*State) error) error {
+	unlock, err := s.lock(true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := s.read()
+	if err != nil {
+		return err
+	}
+	if err := fn(st); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(st, "", " ")
+	if err != nil {
+		return err
+	}
+	tmp := s.path("state.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.path("state.json"))
+}
+
+// view reads the state under a shared lock.
+func (s store) view(fn func(*State) error) error {
+	unlock, err := s.lock(false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := s.read()
+	if err != nil {
+		return err
+	}
+	return fn(st)
+}
+
+func (s store) read() (*State, error) {
+	b, err := os.ReadFile(s.path("state.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return &State{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &State{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("fake engine state %s is corrupt: %w", s.path("state.json"), err)
+	}
+	return st, nil
+}
+
+// find resolves a name, full ID or unique ID prefix.
+func (st *State) find(ref string) *Container {
+	for _, c := range st.Containers {
+		if c.Name == ref || c.ID == ref {
+			return c
+		}
+	}
+	var hit *Container
+	if len(ref) >= 3 {
+		for _, c := range st.Containers {
+			if strings.HasPrefix(c.ID, ref) {
+				if hit != nil {
+					return nil
+				}
+				hit = c
+			}
+		}
+	}
+	return hit
+}
+
+func (st *State) remove(c *Container) {
+	out := st.Containers[:0]
+	for _, x := range st.Containers {
+		if x != c {
+			out = append(out, x)
+		}
+	}
+	st.Containers = out
+}
+
+func (st *State) newID(name string, now time.Time) string {
+	st.Seq++
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%d/%s/%d", st.Seq, name, now.UnixNano())))
+	return hex.EncodeToString(sum[:])
+}
+
+// newest first, as both engines list.
+func (st *State) sorted() []*Container {
+	cs := append([]*Container(nil), st.Containers...)
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Created.After(cs[j].Created) })
+	return cs
+}
+
+var adjectives = []string{"brave", "calm", "eager", "fancy", "gentle", "happy", "jolly", "kind"}
+var nouns = []string{"turing", "hopper", "lovelace", "knuth", "ritchie", "thompson", "pike", "cox"}
+
+func randomName(seq int) string {
+	return adjectives[seq%len(adjectives)] + "_" + nouns[(seq/len(adjectives))%len(nouns)] + fmt.Sprint(seq)
+}

@@ -1,0 +1,241 @@
+// Package detect finds the engine CLI to drive and decides its dialect.
+//
+// Order: --runtime / HSBX_RUNTIME (a name or a path), then
+// HERMES_DOCKER_BINARY (a name looked up on PATH, or a path), then docker on
+// PATH, podman on PATH, then the known install paths. The dialect is what
+// the binary says it is (`<bin> --version`), not its file name, so a docker
+// that is really podman (the podman-docker shim) is driven as podman. The
+// verdict is cached per binary (path, size, mtime) so a command costs no
+// extra process once the binary has been seen.
+package detect
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/docker"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/runtime/podman"
+)
+
+// KnownPaths are tried when nothing on PATH matches (Docker Desktop and
+// Homebrew installs are often missing from a non-login PATH).
+var KnownPaths = []string{
+	"/usr/local/bin/docker",
+	"/opt/homebrew/bin/docker",
+	"/Applications/Docker.app/Contents/Resources/bin/docker",
+	"/opt/podman/bin/podman",
+}
+
+// Options say where to look and how to run the binary.
+type Options struct {
+	// Runtime is the --runtime flag or HSBX_RUNTIME: "", "auto", "docker",
+	// "podman", another name on PATH, or a path.
+	Runtime string
+	// Getenv reads the caller's environment (HERMES_DOCKER_BINARY).
+	Getenv func(string) string
+	// LookPath resolves a name on PATH; defaults to proc.LookPath.
+	LookPath func(string) (string, error)
+	// Known overrides KnownPaths (tests).
+	Known []string
+	// CacheDir holds the dialect cache; "" disables caching.
+	CacheDir string
+	// Engine configures the returned Runtime (runner, env, timeout).
+	Engine enginecli.Options
+}
+
+// Found is the binary detection settled on.
+type Found struct {
+	Path    string          `json:"binary"`
+	Dialect runtime.Dialect `json:"runtime"`
+	// Source says which rule chose it: "--runtime", "HERMES_DOCKER_BINARY",
+	// "PATH" or "known path".
+	Source string `json:"source"`
+	// VersionLine is the first line of `<bin> --version` (empty when the
+	// dialect came from the cache).
+	VersionLine string `json:"-"`
+}
+
+// Open finds the engine and returns a Runtime for it.
+func Open(ctx context.Context, o Options) (runtime.Runtime, Found, error) {
+	f, err := Find(ctx, o)
+	if err != nil {
+		return nil, f, err
+	}
+	return New(f, o.Engine), f, nil
+}
+
+// New returns the Runtime for a found binary.
+func New(f Found, o enginecli.Options) runtime.Runtime {
+	if f.Dialect == runtime.Podman {
+		return podman.New(f.Path, o)
+	}
+	return docker.New(f.Path, o)
+}
+
+// Find locates the binary and its dialect.
+func Find(ctx context.Context, o Options) (Found, error) {
+	if o.LookPath == nil {
+		o.LookPath = proc.LookPath
+	}
+	if o.Getenv == nil {
+		o.Getenv = func(string) string { return "" }
+	}
+	if o.Known == nil {
+		o.Known = KnownPaths
+	}
+	f, err := locate(o)
+	if err != nil {
+		return f, err
+	}
+	f.Path, _ = filepath.Abs(f.Path)
+	f.Dialect, f.VersionLine, err = identify(ctx, o, f.Path)
+	if err != nil {
+		return f, fmt.Errorf("%s (chosen by %s): %w", f.Path, f.Source, err)
+	}
+	return f, nil
+}
+
+func locate(o Options) (Found, error) {
+	if r := strings.TrimSpace(o.Runtime); r != "" && r != "auto" {
+		p, err := resolve(o, r)
+		if err != nil {
+			return Found{}, fmt.Errorf("%w: --runtime/HSBX_RUNTIME %q: %v", runtime.ErrBinaryNotFound, r, err)
+		}
+		return Found{Path: p, Source: "--runtime"}, nil
+	}
+	if b := strings.TrimSpace(o.Getenv("HERMES_DOCKER_BINARY")); b != "" {
+		p, err := resolve(o, b)
+		if err != nil {
+			return Found{}, fmt.Errorf("%w: HERMES_DOCKER_BINARY %q: %v", runtime.ErrBinaryNotFound, b, err)
+		}
+		return Found{Path: p, Source: "HERMES_DOCKER_BINARY"}, nil
+	}
+	for _, name := range []string{"docker", "podman"} {
+		if p, err := o.LookPath(name); err == nil {
+			return Found{Path: p, Source: "PATH"}, nil
+		}
+	}
+	for _, p := range o.Known {
+		if executable(p) {
+			return Found{Path: p, Source: "known path"}, nil
+		}
+	}
+	return Found{}, fmt.Errorf("%w: no docker or podman on PATH or at %s", runtime.ErrBinaryNotFound, strings.Join(o.Known, ", "))
+}
+
+// resolve turns a name (looked up on PATH) or a path into an executable path.
+func resolve(o Options, s string) (string, error) {
+	if !strings.ContainsRune(s, os.PathSeparator) {
+		p, err := o.LookPath(s)
+		if err != nil {
+			return "", fmt.Errorf("not found on PATH")
+		}
+		return p, nil
+	}
+	st, err := os.Stat(s)
+	switch {
+	case err != nil:
+		return "", errors.Unwrap(err)
+	case st.IsDir():
+		return "", errors.New("is a directory")
+	case st.Mode()&0o111 == 0:
+		return "", errors.New("is not executable")
+	}
+	return s, nil
+}
+
+func executable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// identify asks the binary what it is, unless the cache already knows.
+func identify(ctx context.Context, o Options, path string) (runtime.Dialect, string, error) {
+	key, keyErr := cacheKey(path)
+	if keyErr == nil && o.CacheDir != "" {
+		if d, ok := readCache(o.CacheDir)[key]; ok {
+			return d, "", nil
+		}
+	}
+	runner := o.Engine.Runner
+	if runner == nil {
+		runner = &proc.Runner{}
+	}
+	argv := []string{path, "--version"}
+	res, err := runner.Run(ctx, proc.Cmd{Argv: argv, Env: o.Engine.Env, Timeout: 15 * time.Second})
+	if err != nil {
+		if errors.Is(err, proc.ErrTimeout) {
+			return "", "", fmt.Errorf("%w: %s --version did not answer", runtime.ErrTimeout, path)
+		}
+		return "", "", fmt.Errorf("%w: %v", runtime.ErrBinaryNotFound, err)
+	}
+	line := enginecli.FirstLine(string(res.Stdout))
+	d, ok := DialectOf(line)
+	if !ok || res.ExitCode != 0 {
+		return "", line, fmt.Errorf("%w: `%s --version` printed %q (exit %d); expected docker or podman", runtime.ErrUnsupported, path, line, res.ExitCode)
+	}
+	if keyErr == nil && o.CacheDir != "" {
+		writeCache(o.CacheDir, key, d)
+	}
+	return d, line, nil
+}
+
+// DialectOf reads the dialect from the first line `--version` prints:
+// "Docker version 28.2.2, build e6534b4" or "podman version 4.3.1".
+func DialectOf(versionLine string) (runtime.Dialect, bool) {
+	l := strings.ToLower(strings.TrimSpace(versionLine))
+	switch {
+	case strings.HasPrefix(l, "podman version"), strings.HasPrefix(l, "podman-remote version"):
+		return runtime.Podman, true
+	case strings.HasPrefix(l, "docker version"):
+		return runtime.Docker, true
+	}
+	return "", false
+}
+
+func cacheKey(path string) (string, error) {
+	st, err := os.Stat(path) // follows symlinks: the key is the real file
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s|%d|%d", path, st.Size(), st.ModTime().UnixNano()), nil
+}
+
+const cacheFile = "dialects.json"
+
+func readCache(dir string) map[string]runtime.Dialect {
+	m := map[string]runtime.Dialect{}
+	b, err := os.ReadFile(filepath.Join(dir, cacheFile))
+	if err == nil {
+		_ = json.Unmarshal(b, &m) // a corrupt cache is an empty one
+	}
+	return m
+}
+
+// writeCache records a verdict; failures only cost a --version call next time.
+func writeCache(dir, key string, d runtime.Dialect) {
+	m := readCache(dir)
+	m[key] = d
+	b, err := json.Marshal(m)
+	if err != nil || os.MkdirAll(dir, 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(dir, cacheFile+".*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	cerr := tmp.Close()
+	if werr != nil || cerr != nil || os.Rename(tmp.Name(), filepath.Join(dir, cacheFile)) != nil {
+		os.Remove(tmp.Name())
+	}
+}
