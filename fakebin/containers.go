@@ -404,7 +404,7 @@ func (f *fake) inspectObject(c *Container) map[string]any {
 			"Error": "", "StartedAt": rfc(c.StartedAt), "FinishedAt": rfc(c.FinishedAt),
 		},
 		"Image": strings.Repeat("9c", 32), "Name": name,
-		"Config": map[string]any{"Image": image, "Labels": labels, "Env": c.Env, "Cmd": c.Cmd, "WorkingDir": c.WorkDir, "User": c.User},
+		"Config":     map[string]any{"Image": image, "Labels": labels, "Env": c.Env, "Cmd": c.Cmd, "WorkingDir": c.WorkDir, "User": c.User},
 		"HostConfig": map[string]any{"Init": c.Init},
 	}
 	if f.dialect == "podman" {

@@ -199,4 +199,3 @@ func (s *miniShell) words(stmt string) []string {
 	}
 	return words
 }
-

@@ -14,11 +14,11 @@ func TestParseTime(t *testing.T) {
 		want    time.Time
 		wantErr bool
 	}{
-		{"2026-11-22T06:05:03.297767106Z", ns, false},          // docker/podman inspect
+		{"2026-11-22T06:05:03.297767106Z", ns, false}, // docker/podman inspect
 		{"2026-11-22T06:05:03.297767Z", ns.Truncate(time.Microsecond), false},
 		{"2026-11-22T06:05:03Z", ns.Truncate(time.Second), false},
 		{"2026-11-22T07:05:03.297767106+01:00", ns, false},
-		{"2026-11-22 06:05:03.297767106 +0000 UTC", ns, false}, // podman --format '{{.State.FinishedAt}}'
+		{"2026-11-22 06:05:03.297767106 +0000 UTC", ns, false},             // podman --format '{{.State.FinishedAt}}'
 		{"2026-11-22 06:05:03 +0000 UTC", ns.Truncate(time.Second), false}, // docker ps CreatedAt
 		{"2026-11-22 06:05:03.297767106 +0000 UTC m=+12.5", ns, false},
 		{"1795327503", time.Unix(1795327503, 0).UTC(), false}, // podman ps
