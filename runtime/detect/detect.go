@@ -48,6 +48,8 @@ type Options struct {
 	Known []string
 	// CacheDir holds the dialect cache; "" disables caching.
 	CacheDir string
+	// Fresh ignores cached verdicts (hsbx doctor always asks the binary).
+	Fresh bool
 	// Engine configures the returned Runtime (runner, env, timeout).
 	Engine enginecli.Options
 }
@@ -161,7 +163,7 @@ func executable(p string) bool {
 // identify asks the binary what it is, unless the cache already knows.
 func identify(ctx context.Context, o Options, path string) (runtime.Dialect, string, error) {
 	key, keyErr := cacheKey(path)
-	if keyErr == nil && o.CacheDir != "" {
+	if keyErr == nil && o.CacheDir != "" && !o.Fresh {
 		if d, ok := readCache(o.CacheDir)[key]; ok {
 			return d, "", nil
 		}

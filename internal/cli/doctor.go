@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/detect"
+)
+
+// DoctorCmd reports the engine hsbx would drive and whether it works.
+type DoctorCmd struct{}
+
+type doctorReport struct {
+	Runtime   runtime.Dialect `json:"runtime"`
+	Binary    string          `json:"binary"`
+	Source    string          `json:"source"`
+	Version   string          `json:"version"`
+	Rootless  bool            `json:"rootless"`
+	Reachable bool            `json:"reachable"`
+	Error     string          `json:"error,omitempty"`
+	Hint      string          `json:"hint,omitempty"`
+}
+
+// Run implements the command: detection (always asking the binary, never
+// the cache), then one `info` call. Exit 125 when no engine is usable.
+func (c *DoctorCmd) Run(app *App) error {
+	o := app.detectOptions()
+	o.Fresh = true
+	found, err := detect.Find(app.Ctx, o)
+	r := doctorReport{Runtime: found.Dialect, Binary: found.Path, Source: found.Source}
+	if fields := strings.Fields(found.VersionLine); len(fields) >= 3 {
+		r.Version = strings.TrimSuffix(fields[2], ",") // the client's, until the engine answers
+	}
+	if err == nil {
+		var info runtime.Info
+		info, err = detect.New(found, o.Engine).Info(app.Ctx)
+		if err == nil {
+			r.Reachable, r.Rootless, r.Version = true, info.Rootless, info.ServerVersion
+		}
+	}
+	if err != nil {
+		r.Error, r.Hint = err.Error(), runtime.Hint(err)
+	}
+	if app.G.JSON {
+		if jerr := json.NewEncoder(app.Env.Stdout).Encode(r); jerr != nil {
+			return jerr
+		}
+	} else {
+		w := app.Env.Stdout
+		show := func(k, v string) {
+			if v != "" {
+				fmt.Fprintf(w, "%-10s %s\n", k+":", v)
+			}
+		}
+		show("runtime", string(r.Runtime))
+		if r.Binary != "" {
+			show("binary", fmt.Sprintf("%s (%s)", r.Binary, r.Source))
+		}
+		show("version", r.Version)
+		if r.Reachable {
+			show("rootless", fmt.Sprint(r.Rootless))
+			show("reachable", "yes")
+		} else {
+			show("reachable", "no")
+		}
+	}
+	if err != nil {
+		if app.G.JSON {
+			return &exitError{code: ExitEngine}
+		}
+		return &exitError{code: ExitEngine, err: fmt.Errorf("no usable container engine: %w", err)}
+	}
+	return nil
+}

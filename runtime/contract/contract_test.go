@@ -1,0 +1,297 @@
+package contract
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/hsbx/hsbx/fakebin"
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/detect"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+)
+
+func TestMain(m *testing.M) {
+	// Puts the fake docker and podman on PATH as real executables.
+	testscript.Main(m, map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman})
+}
+
+// target is one engine to hold to the contract.
+type target struct {
+	name  string
+	bin   string
+	image string
+	env   []string // the client's environment
+	fake  bool
+}
+
+// targets lists the fakes always, and the real engines when configured.
+// Without real engines the real targets are skipped visibly, or fail when
+// HSBX_REQUIRE_ENGINES=1 (CI), so a green CI always means real engines ran.
+func targets(t *testing.T) []target {
+	fakeDir := t.TempDir()
+	var ts []target
+	for _, name := range []string{"docker", "podman"} {
+		bin, err := proc.LookPath(name)
+		if err != nil || !strings.Contains(bin, "testscript-main") {
+			t.Fatalf("fake %s not on PATH (%s, %v)", name, bin, err)
+		}
+		ts = append(ts, target{name: "fake-" + name, bin: bin, image: "hsbx-busybox", fake: true,
+			env: append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(fakeDir, name))})
+	}
+	image := os.Getenv("HSBX_IT_IMAGE")
+	for _, real := range []struct{ name, envVar string }{
+		{"docker", "HSBX_IT_DOCKER"}, {"podman", "HSBX_IT_PODMAN"}, {"podman-rootless", "HSBX_IT_PODMAN_ROOTLESS"},
+	} {
+		bin := os.Getenv(real.envVar)
+		if bin == "" || image == "" {
+			msg := fmt.Sprintf("real %s not configured (%s unset): run `make engines` (scripts/engines.sh) and source its env.sh", real.name, real.envVar)
+			if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+				t.Errorf("%s, but HSBX_REQUIRE_ENGINES=1", msg)
+			} else {
+				t.Log("SKIP " + msg)
+			}
+			continue
+		}
+		ts = append(ts, target{name: real.name, bin: bin, image: image, env: os.Environ()})
+	}
+	return ts
+}
+
+func (tg target) open(t *testing.T) runtime.Runtime {
+	t.Helper()
+	o := enginecli.Options{Env: tg.env, Timeout: 60 * time.Second}
+	f, err := detect.Find(context.Background(), detect.Options{Runtime: tg.bin, Engine: o})
+	if err != nil {
+		t.Fatalf("detect %s: %v", tg.bin, err)
+	}
+	return detect.New(f, o)
+}
+
+// each runs fn as a subtest per target, with a unique name prefix and
+// removal of everything the test created.
+func each(t *testing.T, fn func(t *testing.T, tg target, rt runtime.Runtime, prefix string)) {
+	for _, tg := range targets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			rt := tg.open(t)
+			prefix := fmt.Sprintf("hsbxct-%d-", time.Now().UnixNano()%1e9)
+			t.Cleanup(func() {
+				cs, _ := rt.List(context.Background(), runtime.ListOptions{Labels: []string{"hsbx-contract=" + prefix}})
+				var ids []string
+				for _, c := range cs {
+					ids = append(ids, c.ID)
+				}
+				_ = rt.Remove(context.Background(), true, ids...)
+			})
+			fn(t, tg, rt, prefix)
+		})
+	}
+}
+
+func sandbox(tg target, prefix, name string) runtime.RunSpec {
+	return runtime.RunSpec{
+		Name:   prefix + name,
+		Labels: map[string]string{"hsbx-contract": prefix, "hermes-agent": "1", "hermes-task-id": name},
+		Args:   []string{"--init", "--network", "none"},
+		Image:  tg.image,
+		Cmd:    []string{"sleep", "infinity"},
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	each(t, func(t *testing.T, tg target, rt runtime.Runtime, _ string) {
+		ctx := context.Background()
+		want := runtime.Docker
+		if strings.Contains(tg.name, "podman") {
+			want = runtime.Podman
+		}
+		if rt.Dialect() != want {
+			t.Fatalf("dialect %s, want %s", rt.Dialect(), want)
+		}
+		info, err := rt.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.ServerVersion == "" || info.Rootless != strings.HasSuffix(tg.name, "rootless") {
+			t.Errorf("info %+v", info)
+		}
+		v, err := rt.Version(ctx)
+		if err != nil || v.Client == "" || v.Server == "" {
+			t.Errorf("version %+v %v", v, err)
+		}
+	})
+}
+
+func TestRunListInspect(t *testing.T) {
+	each(t, func(t *testing.T, tg target, rt runtime.Runtime, prefix string) {
+		ctx := context.Background()
+		before := time.Now().Add(-2 * time.Second)
+		id, err := rt.Run(ctx, sandbox(tg, prefix, "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(id) != 64 {
+			t.Fatalf("Run returned %q, want a full ID", id)
+		}
+		cs, err := rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx-contract=" + prefix, "hermes-task-id=a"}})
+		if err != nil || len(cs) != 1 || cs[0].ID != id || cs[0].State != runtime.StateRunning || cs[0].Name != prefix+"a" {
+			t.Fatalf("List = %+v, %v", cs, err)
+		}
+		if cs[0].Labels["hermes-agent"] != "1" || cs[0].Created.Before(before) {
+			t.Errorf("List entry %+v", cs[0])
+		}
+		// Status filter: a running container is not "exited".
+		cs, err = rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx-contract=" + prefix}, Status: []runtime.State{runtime.StateExited}})
+		if err != nil || len(cs) != 0 {
+			t.Errorf("List exited = %+v, %v", cs, err)
+		}
+		got, err := rt.Inspect(ctx, id, prefix+"missing")
+		if !errors.Is(err, runtime.ErrNotFound) || len(got) != 1 || got[0].ID != id {
+			t.Fatalf("Inspect(present, missing) = %+v, %v", got, err)
+		}
+		var me *runtime.MissingError
+		if !errors.As(err, &me) || len(me.IDs) != 1 || me.IDs[0] != prefix+"missing" {
+			t.Errorf("MissingError %+v", err)
+		}
+		c := got[0]
+		if c.State != runtime.StateRunning || c.Started.Before(before) || !c.Finished.IsZero() || c.Labels["hermes-task-id"] != "a" {
+			t.Errorf("Inspect %+v", c)
+		}
+		// The same name again: the engine refuses, which is what makes creation race-free.
+		if _, err := rt.Run(ctx, sandbox(tg, prefix, "a")); !errors.Is(err, runtime.ErrNameInUse) {
+			t.Errorf("second Run with the same name: %v, want ErrNameInUse", err)
+		}
+		spec := sandbox(tg, prefix, "noimage")
+		spec.Image = "hsbx-no-such-image:1"
+		if _, err := rt.Run(ctx, spec); !errors.Is(err, runtime.ErrImageNotFound) {
+			t.Errorf("Run with a missing image: %v, want ErrImageNotFound", err)
+		}
+	})
+}
+
+func TestExec(t *testing.T) {
+	each(t, func(t *testing.T, tg target, rt runtime.Runtime, prefix string) {
+		ctx := context.Background()
+		spec := sandbox(tg, prefix, "x")
+		spec.Env = map[string]string{"HSBX_CT_SECRET": "s3cr3t-run"}
+		id, err := rt.Run(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exec := func(env map[string]string, cmd ...string) (int, string, string, error) {
+			var out, errb bytes.Buffer
+			code, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: cmd, Env: env, Stdout: &out, Stderr: &errb})
+			return code, out.String(), errb.String(), err
+		}
+		for _, want := range []int{0, 1, 2, 125, 126, 127, 255} {
+			code, _, _, err := exec(nil, "sh", "-c", fmt.Sprintf("exit %d", want))
+			if err != nil || code != want {
+				t.Errorf("exit %d: got %d, %v", want, code, err)
+			}
+		}
+		code, out, errOut, err := exec(nil, "sh", "-c", "echo out; echo err >&2; exit 3")
+		if err != nil || code != 3 || out != "out\n" || errOut != "err\n" {
+			t.Errorf("streams: %d %q %q %v", code, out, errOut, err)
+		}
+		// Env values reach the container through the client's environment.
+		code, out, _, err = exec(map[string]string{"HSBX_CT_EXEC": "s3cr3t-exec"}, "sh", "-c", "echo $HSBX_CT_SECRET $HSBX_CT_EXEC")
+		if err != nil || code != 0 || out != "s3cr3t-run s3cr3t-exec\n" {
+			t.Errorf("env: %d %q %v", code, out, err)
+		}
+		// A command that does not exist: the engine's 126/127, passed through.
+		code, _, _, err = exec(nil, "hsbx-no-such-command")
+		if err != nil || (code != 126 && code != 127) {
+			t.Errorf("missing command: %d %v", code, err)
+		}
+		// Exec in a container that does not exist / is stopped: typed errors.
+		if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: prefix + "missing", Cmd: []string{"true"}}); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("exec in a missing container: %v", err)
+		}
+		if err := rt.Stop(ctx, id, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"true"}}); !errors.Is(err, runtime.ErrNotRunning) {
+			t.Errorf("exec in a stopped container: %v", err)
+		}
+	})
+}
+
+func TestStopStartRemove(t *testing.T) {
+	each(t, func(t *testing.T, tg target, rt runtime.Runtime, prefix string) {
+		ctx := context.Background()
+		id, err := rt.Run(ctx, sandbox(tg, prefix, "s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Stop(ctx, id, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := rt.Inspect(ctx, id)
+		if err != nil || cs[0].State != runtime.StateExited || cs[0].Finished.IsZero() || time.Since(cs[0].Finished) > time.Minute {
+			t.Fatalf("after Stop: %+v %v", cs, err)
+		}
+		if err := rt.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if cs, _ := rt.Inspect(ctx, id); cs[0].State != runtime.StateRunning {
+			t.Fatalf("after Start: %+v", cs)
+		}
+		if err := rt.Start(ctx, prefix+"missing"); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("Start missing: %v", err)
+		}
+		if err := rt.Stop(ctx, prefix+"missing", time.Second); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("Stop missing: %v", err)
+		}
+		// A running container without force is refused and survives.
+		if err := rt.Remove(ctx, false, id); err == nil {
+			t.Errorf("Remove of a running container without force succeeded")
+		}
+		// A batch with a missing ID still removes the others (podman 4.3's
+		// `rm -f a missing b` silently removes nothing).
+		id2, err := rt.Run(ctx, sandbox(tg, prefix, "s2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Remove(ctx, true, id, prefix+"missing", id2); err != nil {
+			t.Fatalf("Remove batch: %v", err)
+		}
+		left, err := rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx-contract=" + prefix}})
+		if err != nil || len(left) != 0 {
+			t.Errorf("after Remove: %+v %v", left, err)
+		}
+		if err := rt.Remove(ctx, true, prefix+"missing"); err != nil {
+			t.Errorf("Remove of a missing container: %v", err)
+		}
+	})
+}
+
+func TestUnreachable(t *testing.T) {
+	for _, tg := range targets(t) {
+		if !tg.fake && tg.name != "docker" {
+			continue // real podman is daemonless locally; its unreachable case is --remote, covered by the fake and captures
+		}
+		t.Run(tg.name, func(t *testing.T) {
+			tg.env = append(tg.env, "DOCKER_HOST=unix:///nonexistent/hsbx.sock", "CONTAINER_HOST=unix:///nonexistent/hsbx.sock")
+			rt := tg.open(t)
+			ctx := context.Background()
+			if _, err := rt.List(ctx, runtime.ListOptions{}); !errors.Is(err, runtime.ErrUnreachable) {
+				t.Errorf("List: %v", err)
+			}
+			if _, err := rt.Info(ctx); !errors.Is(err, runtime.ErrUnreachable) {
+				t.Errorf("Info: %v", err)
+			}
+			if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: "x", Cmd: []string{"true"}}); !errors.Is(err, runtime.ErrUnreachable) {
+				t.Errorf("Exec: %v", err)
+			}
+		})
+	}
+}
