@@ -241,7 +241,7 @@ func (f *fake) faults() (int, bool) {
 		}
 	}
 	if f.env["FAKEENGINE_HANG_"+key] == "1" {
-		select {} // until killed
+		sleepForever()
 	}
 	if f.env["FAKEENGINE_GARBAGE_"+key] == "1" {
 		fmt.Fprintln(f.stdout, "\x00garbage{{not json]] from a confused engine")

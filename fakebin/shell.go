@@ -85,7 +85,7 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 	case "sleep":
 		if len(cmd) > 1 {
 			if cmd[1] == "infinity" {
-				select {}
+				sleepForever()
 			}
 			if secs, err := strconv.ParseFloat(cmd[1], 64); err == nil {
 				time.Sleep(time.Duration(secs * float64(time.Second)))
@@ -198,4 +198,12 @@ func (s *miniShell) words(stmt string) []string {
 		words = append(words, cur.String())
 	}
 	return words
+}
+
+// sleepForever blocks until the process is killed. (An empty select would
+// trip the runtime's deadlock detector and exit instead.)
+func sleepForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
 }

@@ -73,12 +73,17 @@ type App struct {
 
 // Getenv reads the process environment given to Main.
 func (a *App) Getenv(key string) string {
+	v, _ := a.lookupEnv(key)
+	return v
+}
+
+func (a *App) lookupEnv(key string) (string, bool) {
 	for i := len(a.Env.Environ) - 1; i >= 0; i-- {
 		if k, v, ok := strings.Cut(a.Env.Environ[i], "="); ok && k == key {
-			return v
+			return v, true
 		}
 	}
-	return ""
+	return "", false
 }
 
 // cacheDir is where hsbx caches what it learned about engine binaries.
@@ -94,12 +99,22 @@ func (a *App) cacheDir() string {
 
 // detectOptions are the engine-finding options this invocation implies.
 func (a *App) detectOptions() detect.Options {
-	return detect.Options{
+	o := detect.Options{
 		Runtime:  a.G.Runtime,
 		Getenv:   a.Getenv,
 		CacheDir: a.cacheDir(),
 		Engine:   enginecli.Options{Runner: a.Runner, Env: a.Env.Environ, Timeout: a.G.EngineTimeout},
 	}
+	// HSBX_KNOWN_PATHS (colon-separated) replaces the built-in list of
+	// install locations tried after PATH, for packagers and for tests that
+	// must never reach a real engine.
+	if kp, ok := a.lookupEnv("HSBX_KNOWN_PATHS"); ok {
+		o.Known = filepath.SplitList(kp)
+		if o.Known == nil {
+			o.Known = []string{}
+		}
+	}
+	return o
 }
 
 // Main runs hsbx with the given process environment and returns the exit code.

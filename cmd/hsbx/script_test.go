@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/hsbx/hsbx/fakebin"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"hsbx":   func() { os.Exit(run()) },
+		"docker": fakebin.Docker,
+		"podman": fakebin.Podman,
+	})
+}
+
+// TestScripts runs testdata/script/*.txtar against the fake engines. PATH
+// holds only the test bin dir (hsbx, docker, podman) and the known install
+// paths are emptied, so no real engine is ever reached.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 filepath.Join("..", "..", "testdata", "script"),
+		RequireUniqueNames:  true,
+		RequireExplicitExec: false,
+		Setup: func(env *testscript.Env) error {
+			bindir, _, _ := strings.Cut(env.Getenv("PATH"), string(os.PathListSeparator))
+			env.Setenv("PATH", bindir)
+			env.Setenv("FAKEBIN", bindir)
+			env.Setenv("HSBX_KNOWN_PATHS", "")
+			env.Setenv("HOME", filepath.Join(env.WorkDir, "home"))
+			env.Setenv("XDG_CACHE_HOME", filepath.Join(env.WorkDir, "home", ".cache"))
+			env.Setenv("FAKEENGINE_DIR", filepath.Join(env.WorkDir, ".fakeengine"))
+			return os.MkdirAll(filepath.Join(env.WorkDir, "home"), 0o755)
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"engine-calls": engineCalls,
+			"reset-calls":  resetCalls,
+			"linkbin":      linkBin,
+			"exits":        exits,
+		},
+	})
+}
+
+// engine-calls N [REGEXP]: the fake engines' argv log has exactly N lines
+// (matching REGEXP). With !, anything but N.
+func engineCalls(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: engine-calls N [REGEXP]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("engine-calls: %v", err)
+	}
+	re := regexp.MustCompile(".")
+	if len(args) == 2 {
+		re = regexp.MustCompile(args[1])
+	}
+	var lines []string
+	if f, err := os.Open(filepath.Join(ts.Getenv("FAKEENGINE_DIR"), "argv.log")); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if re.MatchString(sc.Text()) {
+				lines = append(lines, sc.Text())
+			}
+		}
+		f.Close()
+	}
+	if (len(lines) == want) == neg {
+		ts.Fatalf("engine calls matching %q: %d, want %s%d:\n%s", re, len(lines), map[bool]string{true: "not ", false: ""}[neg], want, strings.Join(lines, "\n"))
+	}
+}
+
+// exits N CMD [ARG...]: run CMD and require exit status N exactly (the
+// builtin `exec` only tells zero from non-zero). Its stdout and stderr are
+// then checked by `stdout` and `stderr` as usual.
+func exits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits N CMD [ARG...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exits: %v", err)
+	}
+	runErr := ts.Exec(args[1], args[2:]...)
+	got := 0
+	if runErr != nil {
+		var ee interface{ ExitCode() int }
+		if !errors.As(runErr, &ee) {
+			ts.Fatalf("exits: %s did not run: %v", args[1], runErr)
+		}
+		got = ee.ExitCode()
+	}
+	// Custom commands' output is what the next stdout/stderr check sees.
+	fmt.Fprint(ts.Stdout(), ts.ReadFile("stdout"))
+	fmt.Fprint(ts.Stderr(), ts.ReadFile("stderr"))
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+	}
+}
+
+// reset-calls: empty the argv log.
+func resetCalls(ts *testscript.TestScript, neg bool, args []string) {
+	os.Remove(filepath.Join(ts.Getenv("FAKEENGINE_DIR"), "argv.log"))
+}
+
+// linkbin DIR NAME...: make DIR hold links to the named fakes (a PATH entry
+// with only some engines, or an install location).
+func linkBin(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: linkbin DIR NAME...")
+	}
+	dir := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(dir, 0o755))
+	for _, name := range args[1:] {
+		target := filepath.Join(ts.Getenv("FAKEBIN"), name)
+		if _, err := os.Stat(target); err != nil {
+			ts.Fatalf("linkbin: no fake %s: %v", name, err)
+		}
+		ts.Check(os.Symlink(target, filepath.Join(dir, name)))
+	}
+	fmt.Fprintf(ts.Stdout(), "linked %s into %s\n", strings.Join(args[1:], " "), dir)
+}

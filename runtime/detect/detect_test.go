@@ -1,0 +1,153 @@
+package detect_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/detect"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+)
+
+// fakeBin writes an executable script that prints version and counts its
+// runs in dir/<name>.runs.
+func fakeBin(t *testing.T, dir, name, version string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	script := "#!/bin/sh\necho run >> '" + p + ".runs'\necho '" + version + "'\n"
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runs(t *testing.T, bin string) int {
+	b, _ := os.ReadFile(bin + ".runs")
+	return strings.Count(string(b), "run")
+}
+
+func opts(dir string, env map[string]string) detect.Options {
+	return detect.Options{
+		Getenv:   func(k string) string { return env[k] },
+		LookPath: func(string) (string, error) { return "", errors.New("not on PATH") },
+		Known:    []string{},
+		CacheDir: filepath.Join(dir, "cache"),
+		Engine:   enginecli.Options{Env: []string{"PATH=/usr/bin:/bin"}},
+	}
+}
+
+func TestDialectComesFromTheBinaryAndIsCached(t *testing.T) {
+	dir := t.TempDir()
+	shim := fakeBin(t, dir, "docker", "podman version 4.3.1") // podman-docker shim
+	o := opts(dir, nil)
+	o.Runtime = shim
+	for i := 0; i < 3; i++ {
+		f, err := detect.Find(context.Background(), o)
+		if err != nil || f.Dialect != runtime.Podman || f.Path != shim {
+			t.Fatalf("Find = %+v, %v", f, err)
+		}
+	}
+	if n := runs(t, shim); n != 1 {
+		t.Errorf("--version ran %d times for 3 detections; the cache should make it 1", n)
+	}
+	// Fresh (doctor) always asks.
+	o.Fresh = true
+	if _, err := detect.Find(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs(t, shim); n != 2 {
+		t.Errorf("Fresh detection did not ask the binary (%d runs)", n)
+	}
+	// A changed binary (new size/mtime) is asked again.
+	fakeBin(t, dir, "docker", "Docker version 28.2.2, build e6534b4")
+	o.Fresh = false
+	f, err := detect.Find(context.Background(), o)
+	if err != nil || f.Dialect != runtime.Docker {
+		t.Fatalf("after replacing the binary: %+v %v", f, err)
+	}
+}
+
+func TestOrder(t *testing.T) {
+	dir := t.TempDir()
+	docker := fakeBin(t, dir, "docker", "Docker version 20.10.24+dfsg1, build 297e128")
+	podman := fakeBin(t, dir, "podman", "podman version 4.3.1")
+	known := fakeBin(t, dir, "known-podman", "podman version 4.3.1")
+	path := map[string]string{"docker": docker, "podman": podman}
+	lookPath := func(name string) (string, error) {
+		if p, ok := path[name]; ok {
+			return p, nil
+		}
+		return "", errors.New("not found")
+	}
+	cases := []struct {
+		name    string
+		runtime string
+		env     map[string]string
+		onPath  []string
+		want    string
+		source  string
+		wantErr string
+	}{
+		{name: "docker first on PATH", onPath: []string{"docker", "podman"}, want: docker, source: "PATH"},
+		{name: "podman when no docker", onPath: []string{"podman"}, want: podman, source: "PATH"},
+		{name: "known paths last", want: known, source: "known path"},
+		{name: "flag by name", runtime: "podman", onPath: []string{"docker", "podman"}, want: podman, source: "--runtime"},
+		{name: "flag by path", runtime: podman, want: podman, source: "--runtime"},
+		{name: "flag auto", runtime: "auto", onPath: []string{"docker"}, want: docker, source: "PATH"},
+		{name: "hermes bare name", env: map[string]string{"HERMES_DOCKER_BINARY": "podman"}, onPath: []string{"docker", "podman"}, want: podman, source: "HERMES_DOCKER_BINARY"},
+		{name: "hermes path", env: map[string]string{"HERMES_DOCKER_BINARY": podman}, onPath: []string{"docker"}, want: podman, source: "HERMES_DOCKER_BINARY"},
+		{name: "flag beats hermes", runtime: "docker", env: map[string]string{"HERMES_DOCKER_BINARY": podman}, onPath: []string{"docker"}, want: docker, source: "--runtime"},
+		{name: "hermes wrong is an error", env: map[string]string{"HERMES_DOCKER_BINARY": "nosuch"}, onPath: []string{"docker"}, wantErr: `HERMES_DOCKER_BINARY "nosuch": not found on PATH`},
+		{name: "flag missing path", runtime: filepath.Join(dir, "nope"), wantErr: "no such file or directory"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path = map[string]string{}
+			for _, n := range tc.onPath {
+				path[n] = map[string]string{"docker": docker, "podman": podman}[n]
+			}
+			o := opts(dir, tc.env)
+			o.Runtime = tc.runtime
+			o.LookPath = lookPath
+			o.Known = []string{filepath.Join(dir, "absent"), known}
+			f, err := detect.Find(context.Background(), o)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, runtime.ErrBinaryNotFound) {
+					t.Fatalf("err = %v, want %q (ErrBinaryNotFound)", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || f.Path != tc.want || f.Source != tc.source {
+				t.Fatalf("Find = %+v, %v; want %s from %s", f, err, tc.want, tc.source)
+			}
+		})
+	}
+}
+
+func TestUnsupportedBinary(t *testing.T) {
+	dir := t.TempDir()
+	o := opts(dir, nil)
+	o.Runtime = fakeBin(t, dir, "nerdctl", "nerdctl version 1.7.0")
+	if _, err := detect.Find(context.Background(), o); !errors.Is(err, runtime.ErrUnsupported) {
+		t.Fatalf("err = %v, want ErrUnsupported", err)
+	}
+}
+
+func TestDialectOf(t *testing.T) {
+	for line, want := range map[string]runtime.Dialect{
+		"Docker version 28.2.2, build e6534b4":       runtime.Docker,
+		"Docker version 20.10.24+dfsg1, build 297e1": runtime.Docker,
+		"podman version 4.3.1":                       runtime.Podman,
+		"podman-remote version 5.0.0":                runtime.Podman,
+		"nerdctl version 1.7.0":                      "",
+		"":                                           "",
+	} {
+		if got, _ := detect.DialectOf(line); got != want {
+			t.Errorf("DialectOf(%q) = %q, want %q", line, got, want)
+		}
+	}
+}
