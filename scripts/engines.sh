@@ -3,9 +3,20 @@
 # rootless) on a fresh Debian machine with no container registry, and import a
 # busybox image into each. Idempotent: a second run reuses what is there.
 #
-# Usage (as root):  scripts/engines.sh [DIR]    (DIR defaults to /tmp/hsbx-engines)
-# Afterwards:       . DIR/env.sh                 (DOCKER_HOST, CONTAINERS_CONF, HSBX_IT_*)
+# Usage (as root):  scripts/engines.sh [DIR]         (DIR defaults to /tmp/hsbx-engines)
+#                   scripts/engines.sh --stop [DIR]  (stops the dockerd it started)
+# Afterwards:       . DIR/env.sh                      (DOCKER_HOST, CONTAINERS_CONF, HSBX_IT_*)
 set -euo pipefail
+
+if [ "${1:-}" = --stop ]; then
+  dir=${2:-${HSBX_ENGINES_DIR:-/tmp/hsbx-engines}}
+  if [ -f "$dir/dockerd.pid" ]; then
+    pid=$(cat "$dir/dockerd.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  fi
+  exit 0
+fi
 
 dir=${1:-${HSBX_ENGINES_DIR:-/tmp/hsbx-engines}}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
