@@ -47,7 +47,7 @@ func TestFakesMatchCapturedEngines(t *testing.T) {
 		t.Run(tc.fake, func(t *testing.T) {
 			dir := filepath.Join("..", "testdata", "engines", tc.dir)
 			state := t.TempDir()
-			env := []string{"FAKEENGINE_DIR=" + state}
+			env := []string{"FAKEENGINE_DIR=" + state, "FAKEENGINE_EXEC_INPROCESS=1"}
 			run := func(args []string, extraEnv ...string) (string, string, int) {
 				var out, errb bytes.Buffer
 				code := fakebin.Run(tc.fake, args, append(env, extraEnv...), strings.NewReader(""), &out, &errb)

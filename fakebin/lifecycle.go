@@ -241,6 +241,7 @@ func (f *fake) stop(args []string, kill bool) int {
 			fmt.Fprintf(f.stderr, "Error response from daemon: Cannot kill container: %s: Container %s is not running\n", ref, c.ID)
 			return 1
 		case c.State == "running" || c.State == "paused":
+			killExecs(c, "")
 			c.State, c.FinishedAt = "exited", f.now
 			c.ExitCode = 143
 			if kill || !c.Init {
@@ -290,6 +291,7 @@ func (f *fake) rm(args []string) int {
 			fmt.Fprintf(f.stderr, "Error response from daemon: You cannot remove a running container %s. Stop the container before attempting removal or force remove\n", c.ID)
 			return 1
 		}
+		killExecs(c, "")
 		st.remove(c)
 		fmt.Fprintln(f.stdout, ref)
 		return 0
@@ -389,7 +391,7 @@ func (f *fake) exec(args []string) int {
 	if !knownDir(c, wd) {
 		return f.ociError(fmt.Sprintf("chdir to cwd (%q) set in config.json failed: no such file or directory", wd), 127)
 	}
-	return f.shell(c, cmd, wd, env)
+	return f.runExec(c, cmd, wd, env)
 }
 
 // knownDirs exist in every fake container; the container's workdir and

@@ -3,6 +3,7 @@ package fakebin
 import (
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +83,8 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 	case "id":
 		fmt.Fprintln(out, "uid=0(root) gid=0(root) groups=0(root)")
 		return 0, false
+	case "ps":
+		return s.ps(out), false
 	case "sleep":
 		if len(cmd) > 1 {
 			if cmd[1] == "infinity" {
@@ -117,6 +120,9 @@ func (s *miniShell) sh(args []string) int {
 	}
 	if len(args) < 2 || args[0] != "-c" {
 		return 0
+	}
+	if strings.Contains(args[1], "/proc/[0-9]*") && strings.Contains(args[1], "HSBX_EXEC_ID") {
+		return s.killByMarker(args[2:])
 	}
 	code := 0
 	for _, stmt := range splitStatements(args[1]) {
@@ -206,4 +212,39 @@ func sleepForever() {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// killByMarker emulates hsbx's kill script (sh -c '<walk /proc, kill
+// processes whose environ has HSBX_EXEC_ID=$1>' NAME TOKEN): the fake's
+// "processes" are the exec children recorded in the state.
+func (s *miniShell) killByMarker(args []string) int {
+	if len(args) < 2 {
+		return 1
+	}
+	token, n := args[1], 0
+	_ = s.f.st.update(func(st *State) error {
+		if c := st.find(s.c.ID); c != nil {
+			n = killExecs(c, token)
+		}
+		return nil
+	})
+	fmt.Fprintln(s.stdout, n)
+	return 0
+}
+
+// ps lists the container's processes: PID 1 and the live exec commands.
+func (s *miniShell) ps(out io.Writer) int {
+	fmt.Fprintln(out, "PID   USER     COMMAND")
+	fmt.Fprintf(out, "    1 root     %s\n", strings.Join(s.c.Cmd, " "))
+	_ = s.f.st.view(func(st *State) error {
+		if c := st.find(s.c.ID); c != nil {
+			for _, e := range c.Execs {
+				if alive(e.Pid) && e.Pid != os.Getpid() {
+					fmt.Fprintf(out, "%5d root     %s\n", e.Pid, strings.Join(e.Cmd, " "))
+				}
+			}
+		}
+		return nil
+	})
+	return 0
 }

@@ -31,8 +31,16 @@ type Container struct {
 	User       string            `json:"user"`
 	Init       bool              `json:"init"`
 	RunArgs    []string          `json:"run_args"`
-	// Execs holds the pids of fake exec processes currently running in it.
-	Execs map[string]int `json:"execs,omitempty"`
+	// Execs are the exec'd command processes, by host pid. They outlive a
+	// killed client, as on a real engine.
+	Execs map[string]ExecProc `json:"execs,omitempty"`
+}
+
+// ExecProc is one command started by exec.
+type ExecProc struct {
+	Pid   int      `json:"pid"`
+	Cmd   []string `json:"cmd"`
+	Token string   `json:"token"` // its HSBX_EXEC_ID, if any
 }
 
 // State is the whole fake engine.

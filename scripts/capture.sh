@@ -28,7 +28,7 @@ cap() { # cap NAME ARGS...   (runs BINARY ARGS..., env from the caller)
 }
 
 if [ "$dialect" = docker ]; then psfmt='{{json .}}'; else psfmt=json; fi
-"$bin" rm -f cap-run cap-exit cap-created cap-paused cap-stop >/dev/null 2>&1
+for c in cap-run cap-exit cap-created cap-paused cap-stop; do "$bin" rm -f "$c" >/dev/null 2>&1; done  # one by one: podman's rm -f with a missing name removes nothing
 net=(--network none)
 "$bin" run -d --init --name cap-run --label hermes-agent=1 --label hermes-task-id=t1 \
   --label hermes-profile=default --label 'weird=a,b=c' "${net[@]}" "$image" sleep infinity >/dev/null
@@ -71,7 +71,7 @@ cap pause_paused pause cap-paused
 "$bin" run -d --name cap-stop "${net[@]}" "$image" sleep infinity >/dev/null
 cap stop_running stop -t 1 cap-stop
 cap rm_stopped rm cap-stop
-"$bin" rm -f cap-run cap-exit cap-created cap-paused cap-stop >/dev/null 2>&1
+for c in cap-run cap-exit cap-created cap-paused cap-stop; do "$bin" rm -f "$c" >/dev/null 2>&1; done  # one by one: podman's rm -f with a missing name removes nothing
 
 # The engine out of reach.
 if [ "$dialect" = docker ]; then

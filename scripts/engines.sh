@@ -117,6 +117,8 @@ export HSBX_IT_DOCKER=$dockercli
 export HSBX_IT_PODMAN=/usr/bin/podman
 export HSBX_IT_PODMAN_ROOTLESS=$wrapper
 export HSBX_IT_DOCKER_SHIM=$dir/shim/docker
+export HSBX_IT_ROOTLESS_UID=$uid
+export HSBX_IT_ROOTLESS_GID=$(id -g "$user")
 ENV
 
 "$dockercli" run --rm --network none "$image" true || die "docker cannot run a container"

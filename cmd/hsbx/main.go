@@ -13,11 +13,23 @@ import (
 
 func main() { os.Exit(run()) }
 
+// run wires the process to the CLI: the first SIGINT, SIGTERM or SIGHUP
+// cancels the context (hsbx then kills what it started and exits 128+N);
+// a second one exits at once.
 func run() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		s := <-sigs
+		cancel(&cli.SignalError{Signal: s})
+		s = <-sigs
+		os.Exit(128 + int(s.(syscall.Signal)))
+	}()
+	cwd, _ := os.Getwd()
 	return cli.Main(ctx, cli.Env{
-		Args: os.Args[1:], Environ: os.Environ(),
+		Args: os.Args[1:], Environ: os.Environ(), Cwd: cwd,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})
 }

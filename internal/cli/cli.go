@@ -11,33 +11,37 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 
+	"github.com/hsbx/hsbx/internal/config"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/sandbox"
 )
 
 // Version is hsbx's version, set at build time with
 // -ldflags "-X github.com/hsbx/hsbx/internal/cli.Version=...".
 var Version = "0.1.0-dev"
 
-// Exit codes. A command run with `hsbx exec` passes its own status through.
+// Exit codes. `hsbx exec` passes its command's own status through.
 const (
-	ExitOK     = 0
-	ExitError  = 1   // an error not covered below
-	ExitUsage  = 2   // bad flags, arguments or configuration
-	ExitEngine = 125 // no usable engine, engine unreachable or failing
+	ExitOK      = 0
+	ExitError   = 1   // an error not covered below
+	ExitUsage   = 2   // bad flags, arguments or configuration; nothing was done
+	ExitTimeout = 124 // exec --timeout fired; the command's processes were killed
+	ExitEngine  = 125 // no usable engine, engine unreachable or failing
 )
 
 // Globals are the flags every command takes.
 type Globals struct {
-	Runtime       string           `help:"Engine to drive: docker, podman, another name on PATH, or a path (default: auto-detect)." env:"HSBX_RUNTIME" placeholder:"NAME|PATH"`
-	Profile       string           `help:"Profile whose sandboxes to act on." env:"HSBX_PROFILE" default:"default"`
-	Config        string           `help:"Configuration file (default: $$XDG_CONFIG_HOME/hsbx/config.toml)." env:"HSBX_CONFIG" placeholder:"FILE"`
+	Runtime       string           `help:"Engine to drive: docker, podman, another name on PATH, or a path (env HSBX_RUNTIME; default auto-detect)." placeholder:"NAME|PATH"`
+	Profile       string           `help:"Profile whose sandboxes to act on (env HSBX_PROFILE; default \"default\")." placeholder:"NAME"`
+	Config        string           `help:"Configuration file (env HSBX_CONFIG; default $$XDG_CONFIG_HOME/hsbx/config.toml)." env:"HSBX_CONFIG" placeholder:"FILE"`
 	JSON          bool             `help:"Print machine-readable JSON instead of text."`
 	LogLevel      string           `help:"Log to stderr at this level: debug (shows every engine call), info, warn, error." env:"HSBX_LOG_LEVEL" default:"warn" enum:"debug,info,warn,error"`
 	EngineTimeout time.Duration    `help:"Give up on an engine call that has not answered after this long." env:"HSBX_ENGINE_TIMEOUT" default:"60s"`
@@ -48,8 +52,15 @@ type Globals struct {
 type grammar struct {
 	Globals
 
-	VersionCmd VersionCmd `cmd:"" name:"version" help:"Print hsbx's version."`
+	Up         UpCmd      `cmd:"" help:"Bring the task's sandbox up (create, start or attach) and print its id."`
+	Exec       ExecCmd    `cmd:"" help:"Run a command in the task's sandbox; exits with the command's status."`
+	Shell      ShellCmd   `cmd:"" help:"Open an interactive login shell in the task's sandbox."`
+	Stop       StopCmd    `cmd:"" help:"Stop the task's sandbox, keeping its filesystem."`
+	Down       DownCmd    `cmd:"" help:"Stop and remove the task's sandbox."`
+	Ls         LsCmd      `cmd:"" help:"List sandboxes."`
+	ConfigCmd  ConfigCmd  `cmd:"" name:"config" help:"Show the effective configuration and where each value comes from."`
 	Doctor     DoctorCmd  `cmd:"" help:"Check which engine hsbx would drive and whether it works."`
+	VersionCmd VersionCmd `cmd:"" name:"version" help:"Print hsbx's version."`
 }
 
 // Env is what the process was started with; Main reads nothing else from
@@ -60,6 +71,8 @@ type Env struct {
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
+	// Cwd is the working directory ("" = unknown).
+	Cwd string
 }
 
 // App is handed to every command's Run method.
@@ -69,6 +82,9 @@ type App struct {
 	Env    Env
 	Log    *slog.Logger
 	Runner *proc.Runner
+	Cfg    *config.Config
+
+	flags map[string][2]string // command flags that are settings
 }
 
 // Getenv reads the process environment given to Main.
@@ -86,24 +102,33 @@ func (a *App) lookupEnv(key string) (string, bool) {
 	return "", false
 }
 
-// cacheDir is where hsbx caches what it learned about engine binaries.
-func (a *App) cacheDir() string {
-	if d := a.Getenv("XDG_CACHE_HOME"); d != "" {
+// xdgDir is $XDG_<kind>_HOME/hsbx, or ~/<fallback>/hsbx.
+func (a *App) xdgDir(env, fallback string) string {
+	if d := a.Getenv(env); d != "" {
 		return filepath.Join(d, "hsbx")
 	}
 	if h := a.Getenv("HOME"); h != "" {
-		return filepath.Join(h, ".cache", "hsbx")
+		return filepath.Join(h, fallback, "hsbx")
 	}
 	return ""
 }
 
+func (a *App) cacheDir() string { return a.xdgDir("XDG_CACHE_HOME", ".cache") }
+func (a *App) stateDir() string { return a.xdgDir("XDG_STATE_HOME", ".local/state") }
+
+// profile is the resolved profile.
+func (a *App) profile() string { return a.Cfg.String("profile") }
+
 // detectOptions are the engine-finding options this invocation implies.
 func (a *App) detectOptions() detect.Options {
 	o := detect.Options{
-		Runtime:  a.G.Runtime,
 		Getenv:   a.Getenv,
 		CacheDir: a.cacheDir(),
 		Engine:   enginecli.Options{Runner: a.Runner, Env: a.Env.Environ, Timeout: a.G.EngineTimeout},
+	}
+	// HERMES_DOCKER_BINARY and auto-detection are detect's own rules.
+	if rv := a.Cfg.Get("runtime"); rv.Source != "env HERMES_DOCKER_BINARY" {
+		o.Runtime, o.RuntimeSource = a.Cfg.String("runtime"), rv.Source
 	}
 	// HSBX_KNOWN_PATHS (colon-separated) replaces the built-in list of
 	// install locations tried after PATH, for packagers and for tests that
@@ -117,14 +142,35 @@ func (a *App) detectOptions() detect.Options {
 	return o
 }
 
+// manager opens the engine and returns a sandbox manager for it.
+func (a *App) manager() (*sandbox.Manager, error) {
+	rt, _, err := detect.Open(a.Ctx, a.detectOptions())
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.New(sandbox.Config{
+		Runtime: rt, Logger: a.Log, StateDir: a.stateDir(), CacheDir: a.cacheDir(),
+		Environ: a.Env.Environ, Cwd: a.Env.Cwd, UID: os.Getuid(), GID: os.Getgid(),
+		Warn: func(s string) { fmt.Fprintf(a.Env.Stderr, "hsbx: warning: %s\n", s) },
+	}), nil
+}
+
+// sandbox returns the handle for task in the current profile.
+func (a *App) sandbox(task string) (*sandbox.Sandbox, error) {
+	m, err := a.manager()
+	if err != nil {
+		return nil, err
+	}
+	return m.Sandbox(sandbox.Key{Profile: a.profile(), Task: task}, a.Cfg.Spec()), nil
+}
+
 // Main runs hsbx with the given process environment and returns the exit code.
 func Main(ctx context.Context, env Env) int {
 	var g grammar
 	exitCode := -1
 	parser, err := kong.New(&g,
 		kong.Name("hsbx"),
-		kong.Description("Persistent, hardened sandbox containers over the docker or podman CLI."),
-		kong.UsageOnError(),
+		kong.Description("Persistent, hardened sandbox containers over the docker or podman CLI.\n\nExit codes: 0 ok; 2 usage or configuration error; 124 exec timed out; 125 engine problem; otherwise the command's own status (exec)."),
 		kong.Writers(env.Stdout, env.Stderr),
 		kong.Exit(func(code int) { exitCode = code }),
 		kong.Vars{"version": "hsbx " + Version},
@@ -139,25 +185,38 @@ func Main(ctx context.Context, env Env) int {
 		return exitCode
 	}
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "hsbx: %v\n", err)
-		var pe *kong.ParseError
-		if errors.As(err, &pe) {
-			fmt.Fprintf(env.Stderr, "Run 'hsbx --help' for usage.\n")
-		}
+		fmt.Fprintf(env.Stderr, "hsbx: %v\nRun 'hsbx --help' for usage.\n", err)
 		return ExitUsage
 	}
-	if g.Config != "" {
-		if _, err := os.Stat(g.Config); err != nil {
-			fmt.Fprintf(env.Stderr, "hsbx: config file %s: %v\n  hint: fix --config / HSBX_CONFIG or create the file\n", g.Config, errors.Unwrap(err))
+	log := newLogger(env.Stderr, g.LogLevel)
+	app := &App{Ctx: ctx, G: &g.Globals, Env: env, Log: log, Runner: &proc.Runner{Log: log}, flags: map[string][2]string{}}
+	if g.Runtime != "" {
+		app.flags["runtime"] = [2]string{g.Runtime, "--runtime"}
+	}
+	if g.Profile != "" {
+		app.flags["profile"] = [2]string{g.Profile, "--profile"}
+	}
+	if s, ok := kctx.Selected().Target.Addr().Interface().(settingFlags); ok {
+		s.settingFlags(app.flags)
+	}
+	if kctx.Command() != "version" {
+		cfg, err := config.Load(config.Options{File: g.Config, Getenv: app.lookupEnv, Flags: app.flags})
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "hsbx: configuration: %v\n", err)
 			return ExitUsage
 		}
+		app.Cfg = cfg
 	}
-	log := newLogger(env.Stderr, g.LogLevel)
-	app := &App{Ctx: ctx, G: &g.Globals, Env: env, Log: log, Runner: &proc.Runner{Log: log}}
 	if err := kctx.Run(app); err != nil {
-		return report(env.Stderr, err)
+		return report(ctx, env.Stderr, err)
 	}
 	return ExitOK
+}
+
+// settingFlags is implemented by commands whose flags override settings
+// (`up --image`, `exec --timeout`).
+type settingFlags interface {
+	settingFlags(map[string][2]string)
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
@@ -180,8 +239,13 @@ func (e *exitError) Error() string {
 }
 func (e *exitError) Unwrap() error { return e.err }
 
+// SignalError is the context cause main sets when a signal arrives.
+type SignalError struct{ Signal os.Signal }
+
+func (e *SignalError) Error() string { return "received " + e.Signal.String() }
+
 // report prints err with a hint and returns the exit code it maps to.
-func report(w io.Writer, err error) int {
+func report(ctx context.Context, w io.Writer, err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) && ee.err == nil {
 		return ee.code
@@ -190,17 +254,28 @@ func report(w io.Writer, err error) int {
 	if h := runtime.Hint(err); h != "" {
 		fmt.Fprintf(w, "  hint: %s\n", h)
 	}
-	return exitCode(err)
+	return exitCode(ctx, err)
 }
 
-func exitCode(err error) int {
+func exitCode(ctx context.Context, err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
 	}
+	var se *SignalError
+	if errors.As(err, &se) || errors.As(context.Cause(ctx), &se) {
+		if s, ok := se.Signal.(syscall.Signal); ok {
+			return 128 + int(s)
+		}
+		return 130
+	}
+	var bs *sandbox.ErrBadSpec
+	if errors.As(err, &bs) {
+		return ExitUsage
+	}
 	for _, engine := range []error{runtime.ErrBinaryNotFound, runtime.ErrUnsupported, runtime.ErrUnreachable,
 		runtime.ErrTimeout, runtime.ErrEngine, runtime.ErrBadOutput, runtime.ErrNotFound, runtime.ErrNameInUse,
-		runtime.ErrNotRunning, runtime.ErrPaused, runtime.ErrImageNotFound} {
+		runtime.ErrNotRunning, runtime.ErrPaused, runtime.ErrImageNotFound, sandbox.ErrForeignName} {
 		if errors.Is(err, engine) {
 			return ExitEngine
 		}

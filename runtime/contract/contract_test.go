@@ -5,84 +5,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rogpeppe/go-internal/testscript"
-
-	"github.com/hsbx/hsbx/fakebin"
-	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/runtime"
-	"github.com/hsbx/hsbx/runtime/detect"
-	"github.com/hsbx/hsbx/runtime/enginecli"
 )
 
-func TestMain(m *testing.M) {
-	// Puts the fake docker and podman on PATH as real executables.
-	testscript.Main(m, map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman})
-}
+func TestMain(m *testing.M) { enginetest.Main(m) }
 
-// target is one engine to hold to the contract.
-type target struct {
-	name  string
-	bin   string
-	image string
-	env   []string // the client's environment
-	fake  bool
-}
+type target = enginetest.Target
 
-// targets lists the fakes always, and the real engines when configured.
-// Without real engines the real targets are skipped visibly, or fail when
-// HSBX_REQUIRE_ENGINES=1 (CI), so a green CI always means real engines ran.
-func targets(t *testing.T) []target {
-	fakeDir := t.TempDir()
-	var ts []target
-	for _, name := range []string{"docker", "podman"} {
-		bin, err := proc.LookPath(name)
-		if err != nil || !strings.Contains(bin, "testscript-main") {
-			t.Fatalf("fake %s not on PATH (%s, %v)", name, bin, err)
-		}
-		ts = append(ts, target{name: "fake-" + name, bin: bin, image: "hsbx-busybox", fake: true,
-			env: append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(fakeDir, name))})
-	}
-	image := os.Getenv("HSBX_IT_IMAGE")
-	for _, real := range []struct{ name, envVar string }{
-		{"docker", "HSBX_IT_DOCKER"}, {"podman", "HSBX_IT_PODMAN"}, {"podman-rootless", "HSBX_IT_PODMAN_ROOTLESS"},
-	} {
-		bin := os.Getenv(real.envVar)
-		if bin == "" || image == "" {
-			msg := fmt.Sprintf("real %s not configured (%s unset): run `make engines` (scripts/engines.sh) and source its env.sh", real.name, real.envVar)
-			if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
-				t.Errorf("%s, but HSBX_REQUIRE_ENGINES=1", msg)
-			} else {
-				t.Log("SKIP " + msg)
-			}
-			continue
-		}
-		ts = append(ts, target{name: real.name, bin: bin, image: image, env: os.Environ()})
-	}
-	return ts
-}
-
-func (tg target) open(t *testing.T) runtime.Runtime {
-	t.Helper()
-	o := enginecli.Options{Env: tg.env, Timeout: 60 * time.Second}
-	f, err := detect.Find(context.Background(), detect.Options{Runtime: tg.bin, Engine: o})
-	if err != nil {
-		t.Fatalf("detect %s: %v", tg.bin, err)
-	}
-	return detect.New(f, o)
-}
+func targets(t *testing.T) []target { return enginetest.Targets(t) }
 
 // each runs fn as a subtest per target, with a unique name prefix and
 // removal of everything the test created.
 func each(t *testing.T, fn func(t *testing.T, tg target, rt runtime.Runtime, prefix string)) {
 	for _, tg := range targets(t) {
-		t.Run(tg.name, func(t *testing.T) {
-			rt := tg.open(t)
+		t.Run(tg.Name, func(t *testing.T) {
+			rt := tg.Open(t)
 			prefix := fmt.Sprintf("hsbxct-%d-", time.Now().UnixNano()%1e9)
 			t.Cleanup(func() {
 				cs, _ := rt.List(context.Background(), runtime.ListOptions{Labels: []string{"hsbx-contract=" + prefix}})
@@ -102,7 +44,7 @@ func sandbox(tg target, prefix, name string) runtime.RunSpec {
 		Name:   prefix + name,
 		Labels: map[string]string{"hsbx-contract": prefix, "hermes-agent": "1", "hermes-task-id": name},
 		Args:   []string{"--init", "--network", "none"},
-		Image:  tg.image,
+		Image:  tg.Image,
 		Cmd:    []string{"sleep", "infinity"},
 	}
 }
@@ -110,10 +52,7 @@ func sandbox(tg target, prefix, name string) runtime.RunSpec {
 func TestIdentity(t *testing.T) {
 	each(t, func(t *testing.T, tg target, rt runtime.Runtime, _ string) {
 		ctx := context.Background()
-		want := runtime.Docker
-		if strings.Contains(tg.name, "podman") {
-			want = runtime.Podman
-		}
+		want := tg.Dialect()
 		if rt.Dialect() != want {
 			t.Fatalf("dialect %s, want %s", rt.Dialect(), want)
 		}
@@ -121,7 +60,7 @@ func TestIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.ServerVersion == "" || info.Rootless != strings.HasSuffix(tg.name, "rootless") {
+		if info.ServerVersion == "" || info.Rootless != strings.HasSuffix(tg.Name, "rootless") {
 			t.Errorf("info %+v", info)
 		}
 		v, err := rt.Version(ctx)
@@ -212,9 +151,19 @@ func TestExec(t *testing.T) {
 		if err != nil || (code != 126 && code != 127) {
 			t.Errorf("missing command: %d %v", code, err)
 		}
-		// Exec in a container that does not exist / is stopped: typed errors.
-		if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: prefix + "missing", Cmd: []string{"true"}}); !errors.Is(err, runtime.ErrNotFound) {
+		// Output that only looks like an engine error is the command's: delivered intact.
+		code, out, errOut, err = exec(nil, "sh", "-c", "echo 'Error: No such container: x' >&2; echo after >&2; echo done")
+		if err != nil || code != 0 || errOut != "Error: No such container: x\nafter\n" || out != "done\n" {
+			t.Errorf("engine-like stderr from the command: %d %q %q %v", code, out, errOut, err)
+		}
+		// Exec in a container that does not exist / is stopped: typed errors,
+		// and the engine's message is in the error, not also on stderr.
+		var missingErr bytes.Buffer
+		if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: prefix + "missing", Cmd: []string{"true"}, Stderr: &missingErr}); !errors.Is(err, runtime.ErrNotFound) {
 			t.Errorf("exec in a missing container: %v", err)
+		}
+		if missingErr.Len() != 0 {
+			t.Errorf("the engine's error reached the command's stderr too: %q", missingErr.String())
 		}
 		if err := rt.Stop(ctx, id, time.Second); err != nil {
 			t.Fatal(err)
@@ -276,12 +225,12 @@ func TestStopStartRemove(t *testing.T) {
 
 func TestUnreachable(t *testing.T) {
 	for _, tg := range targets(t) {
-		if !tg.fake && tg.name != "docker" {
+		if !tg.Fake && tg.Name != "docker" {
 			continue // real podman is daemonless locally; its unreachable case is --remote, covered by the fake and captures
 		}
-		t.Run(tg.name, func(t *testing.T) {
-			tg.env = append(tg.env, "DOCKER_HOST=unix:///nonexistent/hsbx.sock", "CONTAINER_HOST=unix:///nonexistent/hsbx.sock")
-			rt := tg.open(t)
+		t.Run(tg.Name, func(t *testing.T) {
+			tg.Env = append(tg.Env, "DOCKER_HOST=unix:///nonexistent/hsbx.sock", "CONTAINER_HOST=unix:///nonexistent/hsbx.sock")
+			rt := tg.Open(t)
 			ctx := context.Background()
 			if _, err := rt.List(ctx, runtime.ListOptions{}); !errors.Is(err, runtime.ErrUnreachable) {
 				t.Errorf("List: %v", err)

@@ -40,6 +40,9 @@ type Options struct {
 	// Runtime is the --runtime flag or HSBX_RUNTIME: "", "auto", "docker",
 	// "podman", another name on PATH, or a path.
 	Runtime string
+	// RuntimeSource names where Runtime came from, for messages
+	// (default "--runtime/HSBX_RUNTIME").
+	RuntimeSource string
 	// Getenv reads the caller's environment (HERMES_DOCKER_BINARY).
 	Getenv func(string) string
 	// LookPath resolves a name on PATH; defaults to proc.LookPath.
@@ -58,8 +61,8 @@ type Options struct {
 type Found struct {
 	Path    string          `json:"binary"`
 	Dialect runtime.Dialect `json:"runtime"`
-	// Source says which rule chose it: "--runtime", "HERMES_DOCKER_BINARY",
-	// "PATH" or "known path".
+	// Source says which rule chose it: Options.RuntimeSource,
+	// "HERMES_DOCKER_BINARY", "PATH" or "known path".
 	Source string `json:"source"`
 	// VersionLine is the first line of `<bin> --version` (empty when the
 	// dialect came from the cache).
@@ -108,11 +111,15 @@ func Find(ctx context.Context, o Options) (Found, error) {
 
 func locate(o Options) (Found, error) {
 	if r := strings.TrimSpace(o.Runtime); r != "" && r != "auto" {
+		src := o.RuntimeSource
+		if src == "" {
+			src = "--runtime/HSBX_RUNTIME"
+		}
 		p, err := resolve(o, r)
 		if err != nil {
-			return Found{}, fmt.Errorf("%w: --runtime/HSBX_RUNTIME %q: %v", runtime.ErrBinaryNotFound, r, err)
+			return Found{}, fmt.Errorf("%w: %s %q: %v", runtime.ErrBinaryNotFound, src, r, err)
 		}
-		return Found{Path: p, Source: "--runtime"}, nil
+		return Found{Path: p, Source: src}, nil
 	}
 	if b := strings.TrimSpace(o.Getenv("HERMES_DOCKER_BINARY")); b != "" {
 		p, err := resolve(o, b)

@@ -180,6 +180,9 @@ var execPrefixes = []string{
 	"permission denied while trying to connect",
 }
 
+// ExecErrorCode implements enginecli.Dialect.
+func (Dialect) ExecErrorCode() int { return 1 }
+
 // Classify implements enginecli.Dialect.
 func (Dialect) Classify(op enginecli.Op, code int, stderr string) error {
 	if op == enginecli.OpExec {

@@ -54,6 +54,10 @@ type Dialect interface {
 	// package runtime. For OpExec it returns nil when the status is the
 	// command's own rather than the engine's.
 	Classify(op Op, exitCode int, stderr string) error
+	// ExecErrorCode is a status exec exits with when the engine, not the
+	// command, failed (docker 1, podman 125): with Classify it tells
+	// whether a stderr line may be the engine's.
+	ExecErrorCode() int
 }
 
 // Options configure an Engine.
@@ -350,18 +354,28 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	args = append(args, s.ID)
 	args = append(args, s.Cmd...)
 	argv := append([]string{e.bin}, args...)
-	res, err := e.runner.Run(ctx, proc.Cmd{
-		Argv: argv, Env: e.clientEnv(s.Env),
-		Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr,
-	})
+	var stderr *holdWriter
+	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Stdout: s.Stdout}
+	if s.Stderr != nil {
+		stderr = &holdWriter{dst: s.Stderr, isEng: func(line string) bool {
+			return e.d.Classify(OpExec, e.d.ExecErrorCode(), line) != nil
+		}}
+		cmd.Stderr = stderr
+	}
+	res, err := e.runner.Run(ctx, cmd)
+	var kind error
+	if err == nil && res.ExitCode != 0 {
+		kind = e.d.Classify(OpExec, res.ExitCode, string(res.Stderr))
+	}
+	if stderr != nil {
+		stderr.finish(kind != nil)
+	}
 	if err != nil {
 		return -1, e.runError(argv, err)
 	}
-	if res.ExitCode != 0 {
-		if kind := e.d.Classify(OpExec, res.ExitCode, string(res.Stderr)); kind != nil {
-			return res.ExitCode, &runtime.EngineError{Kind: kind, Argv: argv, ExitCode: res.ExitCode,
-				Stderr: strings.TrimSpace(string(res.Stderr))}
-		}
+	if kind != nil {
+		return res.ExitCode, &runtime.EngineError{Kind: kind, Argv: argv, ExitCode: res.ExitCode,
+			Stderr: strings.TrimSpace(string(res.Stderr))}
 	}
 	return res.ExitCode, nil
 }

@@ -149,6 +149,9 @@ var rules = []enginecli.Rule{
 	{Fragment: "initializing source", Kind: runtime.ErrImageNotFound},
 }
 
+// ExecErrorCode implements enginecli.Dialect.
+func (Dialect) ExecErrorCode() int { return 125 }
+
 // Classify implements enginecli.Dialect. podman exec exits 125 when the
 // container is missing or the engine unreachable and 255 when the container
 // is not running, with a first line starting "Error: " or "Cannot connect".

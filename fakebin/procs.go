@@ -1,0 +1,155 @@
+package fakebin
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// childEnv carries a command to the detached process that runs it.
+const childEnv = "FAKEENGINE_EXEC_CHILD"
+
+type childJob struct {
+	Container Container `json:"container"`
+	Cmd       []string  `json:"cmd"`
+	WorkDir   string    `json:"workdir"`
+	Env       []string  `json:"env"`
+}
+
+// runExec runs cmd for `exec` the way an engine does: in a process of its
+// own session (the "container process") that outlives the client if the
+// client is killed. The client relays its output and exit status.
+// FAKEENGINE_EXEC_INPROCESS=1 runs it in this process instead (unit tests
+// that call Run directly).
+func (f *fake) runExec(c *Container, cmd []string, wd string, env []string) int {
+	token := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "HSBX_EXEC_ID="); ok {
+			token = v
+		}
+	}
+	if f.env["FAKEENGINE_EXEC_INPROCESS"] == "1" {
+		return f.shell(c, cmd, wd, env)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return f.fail(err)
+	}
+	job, _ := json.Marshal(childJob{Container: *c, Cmd: cmd, WorkDir: wd, Env: env})
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return f.fail(err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return f.fail(err)
+	}
+	stdin, closeIn := f.childStdin()
+	childEnvs := append(os.Environ(), childEnv+"="+string(job))
+	for k, v := range f.env {
+		childEnvs = append(childEnvs, k+"="+v)
+	}
+	proc, err := os.StartProcess(self, []string{f.name}, &os.ProcAttr{
+		Env:   childEnvs,
+		Files: []*os.File{stdin, outW, errW},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	outW.Close()
+	errW.Close()
+	closeIn()
+	if err != nil {
+		return f.fail(err)
+	}
+	key := strconv.Itoa(proc.Pid)
+	_ = f.st.update(func(st *State) error {
+		if sc := st.find(c.ID); sc != nil {
+			if sc.Execs == nil {
+				sc.Execs = map[string]ExecProc{}
+			}
+			sc.Execs[key] = ExecProc{Pid: proc.Pid, Cmd: cmd, Token: token}
+		}
+		return nil
+	})
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(f.stdout, outR); done <- struct{}{} }()
+	go func() { io.Copy(f.stderr, errR); done <- struct{}{} }()
+	ps, werr := proc.Wait()
+	<-done
+	<-done
+	_ = f.st.update(func(st *State) error {
+		if sc := st.find(c.ID); sc != nil {
+			delete(sc.Execs, key)
+		}
+		return nil
+	})
+	if werr != nil {
+		return f.fail(werr)
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// childStdin gives the child the client's stdin (a file), or /dev/null.
+func (f *fake) childStdin() (*os.File, func()) {
+	if file, ok := f.stdin.(*os.File); ok {
+		return file, func() {}
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, func() {}
+	}
+	return null, func() { null.Close() }
+}
+
+// runChild is the detached "container process": it runs the job and exits.
+func runChild(name, job string) int {
+	var j childJob
+	if err := json.Unmarshal([]byte(job), &j); err != nil {
+		fmt.Fprintf(os.Stderr, "fake engine: bad exec job: %v\n", err)
+		return 125
+	}
+	f := &fake{name: name, dialect: name, env: map[string]string{}, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		f.env[k] = v
+	}
+	if f.env["FAKEENGINE_DOCKER_IS"] == "podman" {
+		f.dialect = "podman"
+	}
+	f.st = store{dir: f.env["FAKEENGINE_DIR"]}
+	c := j.Container
+	return f.shell(&c, j.Cmd, j.WorkDir, j.Env)
+}
+
+// alive reports whether pid is a live (not zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// killExecs kills a container's exec processes (those whose token matches,
+// or all when token is ""), returning how many it killed.
+func killExecs(c *Container, token string) int {
+	n := 0
+	for key, e := range c.Execs {
+		if token != "" && e.Token != token {
+			continue
+		}
+		if alive(e.Pid) && syscall.Kill(e.Pid, syscall.SIGKILL) == nil {
+			n++
+		}
+		delete(c.Execs, key)
+	}
+	return n
+}

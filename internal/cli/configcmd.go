@@ -1,0 +1,38 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+)
+
+// ConfigCmd prints the effective configuration.
+type ConfigCmd struct {
+	Path bool `help:"Print only the path of the configuration file in use."`
+}
+
+// Run implements the command; it makes no engine call.
+func (c *ConfigCmd) Run(app *App) error {
+	if c.Path {
+		p := app.Cfg.Path
+		if p == "" {
+			p = app.G.Config
+		}
+		if p == "" {
+			fmt.Fprintln(app.Env.Stderr, "hsbx: no configuration file (defaults and environment only)")
+			return nil
+		}
+		_, err := fmt.Fprintln(app.Env.Stdout, p)
+		return err
+	}
+	keys, values := app.Cfg.All()
+	if app.G.JSON {
+		return json.NewEncoder(app.Env.Stdout).Encode(values)
+	}
+	w := tabwriter.NewWriter(app.Env.Stdout, 0, 4, 2, ' ', 0)
+	for _, k := range keys {
+		v, _ := json.Marshal(values[k].V)
+		fmt.Fprintf(w, "%s\t%s\t# %s\n", k, v, values[k].Source)
+	}
+	return w.Flush()
+}

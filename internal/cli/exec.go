@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// ExecCmd runs a command in a sandbox.
+type ExecCmd struct {
+	taskFlag
+	Workdir     string        `short:"w" help:"Working directory in the sandbox." placeholder:"DIR"`
+	Env         []string      `short:"e" help:"Set K=V, or pass K from your environment; values never appear on any command line." placeholder:"K[=V]"`
+	Timeout     time.Duration `help:"Kill the command (in the sandbox) after this long and exit 124 (sandbox.timeout; 0 = none)." placeholder:"DUR"`
+	Interactive bool          `short:"i" help:"Keep stdin open."`
+	TTY         bool          `short:"t" help:"Allocate a terminal."`
+	Cmd         []string      `arg:"" passthrough:"" help:"The command and its arguments (after --)." placeholder:"CMD"`
+}
+
+func (c *ExecCmd) settingFlags(f map[string][2]string) {
+	if c.Timeout != 0 {
+		f["sandbox.timeout"] = [2]string{c.Timeout.String(), "--timeout"}
+	}
+}
+
+// Run implements the command: one engine call when the sandbox is up.
+func (c *ExecCmd) Run(app *App) error {
+	argv := c.Cmd
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 {
+		return &exitError{code: ExitUsage, err: errors.New("exec: no command given (hsbx exec [flags] -- CMD [ARG...])")}
+	}
+	env, err := c.envValues(app)
+	if err != nil {
+		return &exitError{code: ExitUsage, err: err}
+	}
+	return runInSandbox(app, c.Task, sandbox.Command{
+		Argv: argv, WorkDir: c.Workdir, Env: env, Interactive: c.Interactive, TTY: c.TTY,
+		Timeout: app.Cfg.Duration("sandbox.timeout"),
+	})
+}
+
+// envValues turns -e K=V and -e K into values (K from the caller's env).
+func (c *ExecCmd) envValues(app *App) (map[string]string, error) {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		k, v, hasValue := strings.Cut(e, "=")
+		if k == "" {
+			return nil, fmt.Errorf("-e %q: want K=V or K", e)
+		}
+		if !hasValue {
+			var ok bool
+			if v, ok = app.lookupEnv(k); !ok {
+				continue // as docker does: an unset name is not passed
+			}
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// runInSandbox runs cmd with the process's stdio, then ends the sandbox
+// handle (removing a per-process sandbox) and maps the outcome to an exit.
+func runInSandbox(app *App, task string, cmd sandbox.Command) error {
+	sb, err := app.sandbox(task)
+	if err != nil {
+		return err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = app.Env.Stdin, app.Env.Stdout, app.Env.Stderr
+	if !cmd.Interactive {
+		cmd.Stdin = nil
+	}
+	code, err := sb.Exec(app.Ctx, cmd)
+	if cerr := sb.Close(app.Ctx); cerr != nil {
+		fmt.Fprintf(app.Env.Stderr, "hsbx: removing the per-process sandbox: %v\n", cerr)
+	}
+	var ie *sandbox.InterruptedError
+	switch {
+	case errors.As(err, &ie) && errors.Is(ie.Cause, sandbox.ErrTimeout):
+		fmt.Fprintf(app.Env.Stderr, "hsbx: command timed out after %s; %s\n", cmd.Timeout, killedNote(ie))
+		return &exitError{code: ExitTimeout}
+	case errors.As(err, &ie):
+		fmt.Fprintf(app.Env.Stderr, "hsbx: %v; %s\n", ie.Cause, killedNote(ie))
+		return &exitError{code: exitCode(app.Ctx, ie.Cause)}
+	case err != nil:
+		return err
+	}
+	if code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+func killedNote(ie *sandbox.InterruptedError) string {
+	if ie.KillErr != nil {
+		return fmt.Sprintf("its processes in the sandbox could not be killed: %v", ie.KillErr)
+	}
+	return fmt.Sprintf("killed its %d process(es) in the sandbox", ie.Killed)
+}
+
+// ShellCmd opens an interactive login shell.
+type ShellCmd struct {
+	taskFlag
+	Workdir string `short:"w" help:"Working directory in the sandbox." placeholder:"DIR"`
+}
+
+// Run implements the command: bash if the image has it, else sh; a TTY
+// when stdin and stdout are terminals.
+func (c *ShellCmd) Run(app *App) error {
+	tty := isTerminal(app.Env.Stdin) && isTerminal(app.Env.Stdout)
+	return runInSandbox(app, c.Task, sandbox.Command{
+		Argv:    []string{"sh", "-c", `if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l`},
+		WorkDir: c.Workdir, Interactive: true, TTY: tty,
+	})
+}
+
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

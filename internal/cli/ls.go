@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// LsCmd lists sandboxes.
+type LsCmd struct {
+	AllProfiles bool `help:"List every profile's sandboxes, not only the current profile's."`
+}
+
+// Run implements the command.
+func (c *LsCmd) Run(app *App) error {
+	m, err := app.manager()
+	if err != nil {
+		return err
+	}
+	ls, err := m.List(app.Ctx, app.profile(), c.AllProfiles)
+	if err != nil {
+		return err
+	}
+	if app.G.JSON {
+		if ls == nil {
+			ls = []sandbox.Listing{}
+		}
+		return json.NewEncoder(app.Env.Stdout).Encode(ls)
+	}
+	w := tabwriter.NewWriter(app.Env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TASK\tPROFILE\tSTATE\tID\tNAME\tIMAGE\tCREATED\tFINISHED")
+	now := time.Now()
+	for _, l := range ls {
+		finished := "-"
+		if l.Finished != nil {
+			finished = ago(now, *l.Finished)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.12s\t%s\t%s\t%s\t%s\n", l.Task, l.Profile, l.State, l.ID, l.Name, l.Image, ago(now, l.Created), finished)
+	}
+	return w.Flush()
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	return d.String() + " ago"
+}

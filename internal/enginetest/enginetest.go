@@ -1,0 +1,114 @@
+// Package enginetest gives test suites the engines to run against: the fake
+// docker and podman always, and the real docker, rootful podman and rootless
+// podman that scripts/engines.sh set up (HSBX_IT_* variables). Without real
+// engines their targets are skipped with a visible note, or fail when
+// HSBX_REQUIRE_ENGINES=1 (CI), so a green CI run means the real engines ran.
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/hsbx/hsbx/fakebin"
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/detect"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+)
+
+// Main is TestMain for a package that uses Targets: it puts the fake
+// docker and podman on PATH as real executables.
+func Main(m *testing.M) {
+	testscript.Main(m, map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman})
+}
+
+// Target is one engine to test against.
+type Target struct {
+	Name     string   // fake-docker, fake-podman, docker, podman, podman-rootless
+	Bin      string   // the engine CLI
+	Image    string   // an image present in it
+	Env      []string // the client's environment
+	Fake     bool
+	Rootless bool
+	// StateDir is a directory the engine's user can use for bind mounts
+	// (the rootless user cannot enter root's home).
+	StateDir string
+}
+
+// Targets lists the engines: fakes always, real ones when configured.
+func Targets(t *testing.T) []Target {
+	t.Helper()
+	var ts []Target
+	for _, name := range []string{"docker", "podman"} {
+		bin, err := proc.LookPath(name)
+		if err != nil || !strings.Contains(bin, "testscript-main") {
+			t.Fatalf("fake %s not on PATH (%s, %v): call enginetest.Main from TestMain", name, bin, err)
+		}
+		dir := t.TempDir()
+		ts = append(ts, Target{Name: "fake-" + name, Bin: bin, Image: "hsbx-busybox", Fake: true,
+			Env: append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine")), StateDir: filepath.Join(dir, "state")})
+	}
+	image := os.Getenv("HSBX_IT_IMAGE")
+	for _, real := range []struct{ name, envVar string }{
+		{"docker", "HSBX_IT_DOCKER"}, {"podman", "HSBX_IT_PODMAN"}, {"podman-rootless", "HSBX_IT_PODMAN_ROOTLESS"},
+	} {
+		bin := os.Getenv(real.envVar)
+		if bin == "" || image == "" {
+			msg := fmt.Sprintf("real %s not configured (%s unset): run `make engines` (scripts/engines.sh) and source its env.sh", real.name, real.envVar)
+			if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+				t.Errorf("%s, but HSBX_REQUIRE_ENGINES=1", msg)
+			} else {
+				t.Log("SKIP " + msg)
+			}
+			continue
+		}
+		tg := Target{Name: real.name, Bin: bin, Image: image, Env: os.Environ(), Rootless: strings.HasSuffix(real.name, "rootless")}
+		tg.StateDir = sharedStateDir(t, tg.Rootless)
+		ts = append(ts, tg)
+	}
+	return ts
+}
+
+// sharedStateDir makes a state dir the engine's user can enter: for the
+// rootless engine it is owned by that user (HSBX_IT_ROOTLESS_UID).
+func sharedStateDir(t *testing.T, rootless bool) string {
+	dir, err := os.MkdirTemp("", "hsbx-it-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if rootless {
+		var uid, gid int
+		if _, err := fmt.Sscanf(os.Getenv("HSBX_IT_ROOTLESS_UID")+":"+os.Getenv("HSBX_IT_ROOTLESS_GID"), "%d:%d", &uid, &gid); err == nil {
+			_ = os.Chmod(dir, 0o755)
+			_ = os.Chown(dir, uid, gid)
+		}
+	}
+	return dir
+}
+
+// Open returns the Runtime for t, detected like hsbx does.
+func (tg Target) Open(t *testing.T) runtime.Runtime {
+	t.Helper()
+	o := enginecli.Options{Env: tg.Env, Timeout: 60 * time.Second}
+	f, err := detect.Find(context.Background(), detect.Options{Runtime: tg.Bin, Engine: o})
+	if err != nil {
+		t.Fatalf("detect %s: %v", tg.Bin, err)
+	}
+	return detect.New(f, o)
+}
+
+// Dialect is the dialect the target should be detected as.
+func (tg Target) Dialect() runtime.Dialect {
+	if strings.Contains(tg.Name, "podman") {
+		return runtime.Podman
+	}
+	return runtime.Docker
+}

@@ -1,0 +1,52 @@
+package enginecli
+
+import (
+	"bytes"
+	"io"
+	"sync"
+)
+
+// holdWriter streams a command's stderr, except that a first line which
+// looks like the engine's own error (exec on a missing container, daemon
+// down) is held back until the exit status says whose it was: the engine's
+// message goes into the returned error instead of being printed twice; the
+// command's own output is released unchanged.
+type holdWriter struct {
+	mu      sync.Mutex
+	dst     io.Writer
+	isEng   func(line string) bool
+	buf     bytes.Buffer
+	passing bool
+}
+
+const holdMax = 64 << 10
+
+func (h *holdWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.passing {
+		return h.dst.Write(p)
+	}
+	h.buf.Write(p)
+	b := h.buf.Bytes()
+	nl := bytes.IndexByte(b, '\n')
+	if (nl >= 0 && !h.isEng(string(b[:nl]))) || h.buf.Len() > holdMax {
+		h.passing = true
+		if _, err := h.dst.Write(b); err != nil {
+			return 0, err
+		}
+		h.buf.Reset()
+	}
+	return len(p), nil
+}
+
+// finish releases what was held unless it was the engine's error.
+func (h *holdWriter) finish(engineError bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !engineError && h.buf.Len() > 0 {
+		_, _ = h.dst.Write(h.buf.Bytes())
+	}
+	h.buf.Reset()
+	h.passing = true
+}

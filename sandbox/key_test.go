@@ -1,0 +1,82 @@
+package sandbox
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The Hermes backend's label sanitizer tests, translated.
+func TestSanitizeLabel(t *testing.T) {
+	cases := map[string]string{
+		"plain-name_1.0":         "plain-name_1.0",
+		"with/slash":             "with_slash",
+		"with:colon":             "with_colon",
+		"with space":             "with_space",
+		"emoji-😀-here":           "emoji-_-here",
+		"":                       "unknown",
+		"///":                    "___",
+		strings.Repeat("a", 100): strings.Repeat("a", 63),
+	}
+	for in, want := range cases {
+		if got := SanitizeLabel(in); got != want {
+			t.Errorf("SanitizeLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := SanitizeLabel(strings.Repeat("ü", 70)); len(got) != 63 {
+		t.Errorf("multibyte input: %q (%d chars)", got, len(got))
+	}
+}
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{1,62}$`)
+
+func TestKeysNeverCollide(t *testing.T) {
+	long1 := strings.Repeat("t", 63) + "-one-" + strings.Repeat("x", 32)
+	long2 := strings.Repeat("t", 63) + "-two-" + strings.Repeat("x", 32)
+	pairs := [][2]Key{
+		{{"default", "a/b"}, {"default", "a_b"}},
+		{{"default", long1}, {"default", long2}},
+		{{"a", "b\x00c"}, {"a\x00b", "c"}},
+		{{"p", ""}, {"p", "unknown"}},
+	}
+	for _, p := range pairs {
+		a, b := p[0], p[1]
+		if a.Hash() == b.Hash() || a.Name() == b.Name() {
+			t.Errorf("%q and %q share hash or name", a, b)
+		}
+		if a.Matches(b.Labels()) || b.Matches(a.Labels()) {
+			t.Errorf("%q matches %q's labels", a, b)
+		}
+		if a.Labels()[LabelTask] == b.Labels()[LabelTask] && a.Labels()[LabelKey] == b.Labels()[LabelKey] {
+			t.Errorf("labels cannot tell %q from %q", a, b)
+		}
+	}
+}
+
+func TestNameIsAValidContainerName(t *testing.T) {
+	for _, k := range []Key{{"default", "default"}, {"", ""}, {"😀", "///"}, {strings.Repeat("p", 200), strings.Repeat("t", 200)}, {"-x-", ".y."}} {
+		n := k.Name()
+		if !nameRE.MatchString(n) {
+			t.Errorf("Name(%q) = %q is not a valid container name", k, n)
+		}
+		if n != k.Name() {
+			t.Errorf("Name is not deterministic")
+		}
+	}
+	if got := (Key{"default", "my task"}).Name(); !strings.HasPrefix(got, "hsbx-default-my_task-") {
+		t.Errorf("Name = %q", got)
+	}
+}
+
+func TestHermesLabels(t *testing.T) {
+	l := Key{"research-bot", "task/1"}.Labels()
+	if l["hermes-agent"] != "1" || l["hermes-task-id"] != "task_1" || l["hermes-profile"] != "research-bot" {
+		t.Errorf("labels %v", l)
+	}
+	if l[LabelRawTask] != "task/1" {
+		t.Errorf("raw task label %q", l[LabelRawTask])
+	}
+	if (Key{"x", "y"}).Matches(map[string]string{"hermes-agent": "1", "hermes-task-id": "y", "hermes-profile": "x"}) {
+		t.Errorf("a Hermes-made container (no hsbx.key) must not match")
+	}
+}

@@ -1,0 +1,73 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// Listing is one sandbox as `hsbx ls` shows it.
+type Listing struct {
+	ID       string        `json:"id"`
+	Name     string        `json:"name"`
+	Profile  string        `json:"profile"`
+	Task     string        `json:"task"`
+	State    runtime.State `json:"state"`
+	Image    string        `json:"image"`
+	Created  time.Time     `json:"created"`
+	Finished *time.Time    `json:"finished"` // nil unless it has exited
+}
+
+// List returns the sandboxes of profile (of every profile when all is
+// set), including those the Hermes backend made, newest first. Two engine
+// calls: a filtered ps, then one inspect of all matches for exact labels
+// and times.
+func (m *Manager) List(ctx context.Context, profile string, all bool) ([]Listing, error) {
+	filters := []string{LabelAgent + "=1"}
+	if !all {
+		filters = append(filters, LabelProfile+"="+SanitizeLabel(profile))
+	}
+	cs, err := m.c.Runtime.List(ctx, runtime.ListOptions{Labels: filters})
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	full, err := m.c.Runtime.Inspect(ctx, ids...)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) { // one removed meanwhile is fine
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	var out []Listing
+	for _, c := range full {
+		if c.Labels[LabelAgent] != "1" {
+			continue
+		}
+		l := Listing{ID: c.ID, Name: c.Name, State: c.State, Image: c.Image, Created: c.Created,
+			Profile: c.Labels[LabelProfile], Task: c.Labels[LabelTask]}
+		if p, ok := c.Labels[LabelRawProfile]; ok {
+			l.Profile = p
+		}
+		if t, ok := c.Labels[LabelRawTask]; ok {
+			l.Task = t
+		}
+		if !all && l.Profile != profile && !(c.Labels[LabelRawProfile] == "" && l.Profile == SanitizeLabel(profile)) {
+			continue // another profile that sanitizes alike
+		}
+		if !c.State.Alive() && !c.Finished.IsZero() {
+			f := c.Finished
+			l.Finished = &f
+		}
+		out = append(out, l)
+	}
+	slices.SortStableFunc(out, func(a, b Listing) int { return b.Created.Compare(a.Created) })
+	return out, nil
+}

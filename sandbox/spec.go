@@ -1,0 +1,288 @@
+package sandbox
+
+import (
+	"fmt"
+	"maps"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// Spec is how a sandbox is made. The zero value is not useful; start from
+// DefaultSpec. Settings named in Explicit were chosen by the user; the
+// others are defaults, which hsbx may leave off (with a warning) where the
+// engine cannot apply them, whereas a user's choice the engine cannot
+// apply is an error.
+type Spec struct {
+	Image      string
+	Cwd        string            // working directory in the sandbox
+	Volumes    []string          // "host:container[:ro|rw]"
+	Env        map[string]string // literal values
+	ForwardEnv []string          // names whose values come from the caller's environment
+	ExtraArgs  []string          // appended last to `run`
+	CPU        float64           // cores; 0 = unlimited
+	MemoryMB   int64             // 0 = unlimited
+	DiskMB     int64             // 0 = no quota
+	PidsLimit  int64             // 0 = unlimited
+	ShmSize    string
+	Network    bool
+
+	RunAsHostUser          bool
+	MountCwdToWorkspace    bool
+	Persistent             bool // bind-mounted /workspace and /root per key (else tmpfs)
+	PersistAcrossProcesses bool // one shared sandbox per key (else one per process)
+
+	// Explicit holds the names of settings the user chose ("cpu", "memory",
+	// "pids_limit", "network", "disk", "cwd", ...).
+	Explicit map[string]bool
+}
+
+// DefaultImage is the image used when none is configured: small, with a
+// shell and a package manager.
+const DefaultImage = "debian:bookworm-slim"
+
+// DefaultSpec returns the defaults (those of the Hermes Docker backend).
+func DefaultSpec() Spec {
+	return Spec{
+		Image: DefaultImage, Cwd: "/root", CPU: 1, MemoryMB: 5120, PidsLimit: 256, ShmSize: "1g",
+		Network: true, Persistent: true, PersistAcrossProcesses: true,
+	}
+}
+
+// Host is what the engine can do, from `info` (cached) and the caller.
+type Host struct {
+	Dialect   runtime.Dialect
+	Rootless  bool
+	CgroupV1  bool
+	BackingFS string
+	UID, GID  int
+}
+
+// limitsIgnored reports whether the engine silently ignores resource limits
+// (rootless on cgroups v1: podman warns and carries on).
+func (h Host) limitsIgnored() bool { return h.Rootless && h.CgroupV1 }
+
+// Mounts are the host paths a sandbox binds.
+type Mounts struct {
+	Workspace, Home string // per-key persistent dirs (Spec.Persistent)
+	CallerCwd       string // the caller's directory (Spec.MountCwdToWorkspace)
+}
+
+// ErrBadSpec marks a setting that is malformed or cannot be applied.
+type ErrBadSpec struct {
+	Setting string
+	Msg     string
+}
+
+func (e *ErrBadSpec) Error() string { return e.Setting + ": " + e.Msg }
+
+var (
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	shmRE     = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
+)
+
+// clientVars steer the engine client itself: a sandbox env value for one of
+// them would travel in the client's environment and redirect the client.
+var clientVars = map[string]bool{
+	"DOCKER_HOST": true, "DOCKER_CONTEXT": true, "DOCKER_CONFIG": true, "DOCKER_CERT_PATH": true,
+	"DOCKER_TLS_VERIFY": true, "DOCKER_API_VERSION": true, "CONTAINER_HOST": true, "CONTAINER_CONNECTION": true,
+	"CONTAINER_SSHKEY": true, "CONTAINERS_CONF": true, "CONTAINERS_STORAGE_CONF": true,
+	"CONTAINERS_REGISTRIES_CONF": true, "PATH": true, "HOME": true, "XDG_RUNTIME_DIR": true,
+	"XDG_CONFIG_HOME": true, "XDG_DATA_HOME": true, "TMPDIR": true,
+}
+
+// Validate checks the settings that need no engine to judge.
+func (s Spec) Validate() error {
+	if strings.TrimSpace(s.Image) == "" {
+		return &ErrBadSpec{"image", "empty; set an image reference"}
+	}
+	if !path.IsAbs(s.Cwd) {
+		return &ErrBadSpec{"cwd", fmt.Sprintf("%q is not an absolute path in the sandbox", s.Cwd)}
+	}
+	for _, v := range s.Volumes {
+		if _, err := ParseVolume(v); err != nil {
+			return err
+		}
+	}
+	for k := range s.Env {
+		if !envNameRE.MatchString(k) {
+			return &ErrBadSpec{"env", fmt.Sprintf("%q is not a valid variable name", k)}
+		}
+	}
+	for _, k := range s.ForwardEnv {
+		if !envNameRE.MatchString(k) {
+			return &ErrBadSpec{"forward_env", fmt.Sprintf("%q is not a valid variable name", k)}
+		}
+	}
+	switch {
+	case s.CPU < 0 || s.CPU != s.CPU:
+		return &ErrBadSpec{"cpu", fmt.Sprintf("%v: want cores >= 0 (0 = unlimited)", s.CPU)}
+	case s.MemoryMB < 0:
+		return &ErrBadSpec{"memory", fmt.Sprintf("%d: want MB >= 0 (0 = unlimited)", s.MemoryMB)}
+	case s.DiskMB < 0:
+		return &ErrBadSpec{"disk", fmt.Sprintf("%d: want MB >= 0 (0 = no quota)", s.DiskMB)}
+	case s.PidsLimit < 0:
+		return &ErrBadSpec{"pids_limit", fmt.Sprintf("%d: want >= 0 (0 = unlimited)", s.PidsLimit)}
+	case s.ShmSize != "" && !shmRE.MatchString(s.ShmSize):
+		return &ErrBadSpec{"shm_size", fmt.Sprintf("%q: want a size like 64m or 1g", s.ShmSize)}
+	}
+	return nil
+}
+
+// Volume is one parsed "host:container[:mode]".
+type Volume struct {
+	Host, Container string
+	ReadOnly        bool
+}
+
+// ParseVolume parses and checks a volume entry.
+func ParseVolume(v string) (Volume, error) {
+	bad := func(why string) (Volume, error) {
+		return Volume{}, &ErrBadSpec{"volumes", fmt.Sprintf("%q: %s; want HOST:CONTAINER[:ro|rw] with absolute paths", v, why)}
+	}
+	parts := strings.Split(v, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return bad("wrong number of ':'-separated parts")
+	}
+	vol := Volume{Host: parts[0], Container: parts[1]}
+	if !path.IsAbs(vol.Host) {
+		return bad("host path is not absolute")
+	}
+	if !path.IsAbs(vol.Container) {
+		return bad("container path is not absolute")
+	}
+	if len(parts) == 3 {
+		switch parts[2] {
+		case "ro":
+			vol.ReadOnly = true
+		case "rw":
+		default:
+			return bad(fmt.Sprintf("unknown mode %q", parts[2]))
+		}
+	}
+	return vol, nil
+}
+
+// Env splits the sandbox environment into the names passed on argv ("-e
+// NAME") and the values, which travel in the engine client's environment.
+// Forwarded names missing from the caller's environment are left out.
+func (s Spec) envValues(getenv func(string) (string, bool)) (map[string]string, error) {
+	vals := maps.Clone(s.Env)
+	if vals == nil {
+		vals = map[string]string{}
+	}
+	for _, k := range s.ForwardEnv {
+		if v, ok := getenv(k); ok {
+			vals[k] = v
+		}
+	}
+	for k, v := range vals {
+		if cur, ok := getenv(k); clientVars[k] && (!ok || cur != v) {
+			return nil, &ErrBadSpec{"env", fmt.Sprintf("%s steers the engine client itself; hsbx passes values through the client's environment and cannot give the sandbox a different %s", k, k)}
+		}
+	}
+	return vals, nil
+}
+
+// BuildRun turns the spec into the `run` of a detached, hardened sandbox:
+// `run -d --init --name N <labels> -w <cwd> <hardening> <limits> <mounts>
+// <env> <extra args> <image> sleep infinity`. It returns warnings for
+// defaults left off because the host cannot apply them.
+func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string) (string, bool)) (runtime.RunSpec, []string, error) {
+	if err := s.Validate(); err != nil {
+		return runtime.RunSpec{}, nil, err
+	}
+	env, err := s.envValues(getenv)
+	if err != nil {
+		return runtime.RunSpec{}, nil, err
+	}
+	var warnings []string
+	cwd := s.Cwd
+	if s.MountCwdToWorkspace && !s.Explicit["cwd"] {
+		cwd = "/workspace"
+	}
+	args := []string{"--init", "-w", cwd,
+		"--cap-drop", "ALL", "--cap-add", "DAC_OVERRIDE", "--cap-add", "CHOWN", "--cap-add", "FOWNER"}
+	if !s.RunAsHostUser {
+		args = append(args, "--cap-add", "SETUID", "--cap-add", "SETGID")
+	}
+	args = append(args, "--security-opt", "no-new-privileges",
+		"--tmpfs", "/tmp:rw,nosuid,size=512m",
+		"--tmpfs", "/var/tmp:rw,noexec,nosuid,size=256m",
+		"--tmpfs", "/run:rw,noexec,nosuid,size=64m")
+
+	// Limits. Rootless engines on cgroups v1 ignore them (podman only warns):
+	// a user's limit is then an error, a default is left off with a warning.
+	type limit struct {
+		setting, flag, value string
+		on                   bool
+	}
+	limits := []limit{
+		{"pids_limit", "--pids-limit", strconv.FormatInt(s.PidsLimit, 10), s.PidsLimit > 0},
+		{"cpu", "--cpus", strconv.FormatFloat(s.CPU, 'f', -1, 64), s.CPU > 0},
+		{"memory", "--memory", strconv.FormatInt(s.MemoryMB, 10) + "m", s.MemoryMB > 0},
+	}
+	var dropped []string
+	for _, l := range limits {
+		if !l.on {
+			continue
+		}
+		if h.limitsIgnored() {
+			if s.Explicit[l.setting] {
+				return runtime.RunSpec{}, nil, &ErrBadSpec{l.setting, fmt.Sprintf("this %s engine is rootless on cgroups v1 and cannot enforce %s %s; set %s = 0 or use a rootful engine or a cgroups v2 host", h.Dialect, l.flag, l.value, l.setting)}
+			}
+			dropped = append(dropped, l.flag+" "+l.value)
+			continue
+		}
+		args = append(args, l.flag, l.value)
+	}
+	if len(dropped) > 0 {
+		warnings = append(warnings, fmt.Sprintf("rootless %s on cgroups v1 cannot enforce limits: default %s left off", h.Dialect, strings.Join(dropped, ", ")))
+	}
+	if s.ShmSize != "" {
+		args = append(args, "--shm-size", s.ShmSize)
+	}
+	if !s.Network {
+		args = append(args, "--network", "none")
+	}
+	if s.DiskMB > 0 {
+		if h.BackingFS != "" && !strings.EqualFold(h.BackingFS, "xfs") {
+			return runtime.RunSpec{}, nil, &ErrBadSpec{"disk", fmt.Sprintf("a %d MB quota needs the engine's storage on XFS with project quotas (pquota); this engine's is on %s; set disk = 0", s.DiskMB, h.BackingFS)}
+		}
+		args = append(args, "--storage-opt", "size="+strconv.FormatInt(s.DiskMB, 10)+"m")
+	}
+
+	// Mounts.
+	switch {
+	case s.MountCwdToWorkspace:
+		args = append(args, "-v", m.CallerCwd+":/workspace")
+	case s.Persistent:
+		args = append(args, "-v", m.Workspace+":/workspace")
+	default:
+		args = append(args, "--tmpfs", "/workspace:rw,exec,size=1g")
+	}
+	if s.Persistent {
+		args = append(args, "-v", m.Home+":/root")
+	} else {
+		args = append(args, "--tmpfs", "/root:rw,exec,size=256m")
+	}
+	for _, v := range s.Volumes {
+		args = append(args, "-v", v)
+	}
+	if s.RunAsHostUser {
+		args = append(args, "--user", fmt.Sprintf("%d:%d", h.UID, h.GID))
+	}
+	args = append(args, s.ExtraArgs...)
+
+	labels := key.Labels()
+	if !s.PersistAcrossProcesses {
+		labels[LabelEphemeral] = "1"
+	}
+	return runtime.RunSpec{
+		Name: name, Labels: labels, Env: env, Args: args,
+		Image: s.Image, Cmd: []string{"sleep", "infinity"},
+	}, warnings, nil
+}
