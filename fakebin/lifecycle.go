@@ -68,6 +68,11 @@ func (f *fake) run(args []string, createOnly bool) int {
 	if f.env["FAKEENGINE_ROOTLESS"] == "1" && f.dialect == "podman" && p.has("--memory", "-m", "--cpus", "--pids-limit") {
 		fmt.Fprintln(f.stderr, `time="2026-11-22T06:00:00Z" level=warning msg="Resource limits are not supported and ignored on cgroups V1 rootless systems"`)
 	}
+	if f.env["FAKEENGINE_NO_TUN"] == "1" && f.dialect == "podman" && p.last("--network", "--net") != "none" {
+		// rootless podman without /dev/net/tun: slirp4netns cannot start (measured: exit 126, nothing left behind)
+		fmt.Fprintln(f.stderr, `Error: /usr/bin/slirp4netns failed: "open(\"/dev/net/tun\"): Permission denied\nchild failed(1)\n"`)
+		return 126
+	}
 	labels := map[string]string{}
 	for _, l := range append(p.vals["--label"], p.vals["-l"]...) {
 		k, v, _ := strings.Cut(l, "=")
@@ -91,6 +96,7 @@ func (f *fake) run(args []string, createOnly bool) int {
 		c.WorkDir = "/"
 	}
 	var clash *Container
+	startFailed := false
 	err := f.st.update(func(st *State) error {
 		if c.Name != "" {
 			if clash = st.find(c.Name); clash != nil && clash.Name == c.Name {
@@ -100,6 +106,13 @@ func (f *fake) run(args []string, createOnly bool) int {
 		c.ID = st.newID(c.Name, f.now)
 		if c.Name == "" {
 			c.Name = randomName(st.Seq)
+		}
+		if f.env["FAKEENGINE_RUN_START_FAILS"] == "1" {
+			// the OCI runtime cannot start the process: both engines leave
+			// the container behind in state "created" (measured)
+			st.Containers = append(st.Containers, c)
+			startFailed = true
+			return nil
 		}
 		if !createOnly {
 			c.StartedAt = f.now
@@ -120,6 +133,15 @@ func (f *fake) run(args []string, createOnly bool) int {
 			fmt.Fprintf(f.stderr, "docker: Error response from daemon: Conflict. The container name \"/%s\" is already in use by container %q. You have to remove (or rename) that container to be able to reuse that name.\n\nRun 'docker %s --help' for more information\n", c.Name, clash.ID, f.sub)
 		}
 		return 125
+	}
+	if err == nil && startFailed {
+		what := fmt.Sprintf("exec: %q: executable file not found in $PATH", strings.Join(cmd, " "))
+		if f.dialect == "podman" {
+			fmt.Fprintf(f.stderr, "Error: runc: runc create failed: unable to start container process: %s: OCI runtime attempted to invoke a command that was not found\n", what)
+		} else {
+			fmt.Fprintf(f.stderr, "docker: Error response from daemon: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: %s: unknown.\n", what)
+		}
+		return 127
 	}
 	if err != nil {
 		return f.fail(err)

@@ -39,10 +39,37 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 		return 0, false
 	}
 	out := s.stdout
-	if n := len(cmd); n > 1 && cmd[n-1] == ">&2" {
-		cmd, out = cmd[:n-1], s.stderr
+	var kept []string
+	for _, w := range cmd {
+		switch {
+		case w == ">&2":
+			out = s.stderr
+		case strings.HasPrefix(w, ">") || strings.HasPrefix(w, "2>"):
+			// redirections to files (>/dev/null): output dropped
+			if !strings.Contains(w, "&1") {
+				out = io.Discard
+			}
+		default:
+			kept = append(kept, w)
+		}
+	}
+	cmd = kept
+	if len(cmd) == 0 {
+		return 0, false
 	}
 	switch cmd[0] {
+	case "exec":
+		code, _ := s.run(cmd[1:])
+		return code, true
+	case "command":
+		if len(cmd) == 3 && cmd[1] == "-v" {
+			if builtins[cmd[2]] {
+				fmt.Fprintln(out, "/bin/"+cmd[2])
+				return 0, false
+			}
+			return 1, false
+		}
+		return s.run(cmd[1:])
 	case "true", ":":
 		return 0, false
 	case "false":
@@ -124,9 +151,24 @@ func (s *miniShell) sh(args []string) int {
 	if strings.Contains(args[1], "/proc/[0-9]*") && strings.Contains(args[1], "HSBX_EXEC_ID") {
 		return s.killByMarker(args[2:])
 	}
-	code := 0
+	code, cond := 0, 0
 	for _, stmt := range splitStatements(args[1]) {
 		words := s.words(stmt)
+		switch {
+		case len(words) == 0:
+			continue
+		case words[0] == "if":
+			cond, _ = s.run(words[1:])
+			continue
+		case words[0] == "then":
+			if cond != 0 {
+				continue
+			}
+			words = words[1:]
+		case words[0] == "fi":
+			cond = 0
+			continue
+		}
 		var exited bool
 		code, exited = s.run(words)
 		if exited {
@@ -248,3 +290,7 @@ func (s *miniShell) ps(out io.Writer) int {
 	})
 	return 0
 }
+
+// builtins are the programs the fake image has (busybox-like: no bash).
+var builtins = map[string]bool{"true": true, "false": true, "echo": true, "cat": true, "env": true,
+	"printenv": true, "pwd": true, "hostname": true, "id": true, "sleep": true, "sh": true, "ps": true}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -47,6 +48,8 @@ func TestScripts(t *testing.T) {
 			"reset-calls":  resetCalls,
 			"linkbin":      linkBin,
 			"exits":        exits,
+			"stdout-uniq":  stdoutUniq,
+			"await":        await,
 		},
 	})
 }
@@ -106,6 +109,41 @@ func exits(ts *testscript.TestScript, neg bool, args []string) {
 	if got != want {
 		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
 	}
+}
+
+// stdout-uniq N: the last command's stdout has exactly N distinct
+// non-empty lines (N concurrent `hsbx up` all printed one id).
+func stdoutUniq(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: stdout-uniq N")
+	}
+	want, _ := strconv.Atoi(args[0])
+	seen := map[string]bool{}
+	for _, l := range strings.Split(ts.ReadFile("stdout"), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			seen[l] = true
+		}
+	}
+	if (len(seen) == want) == neg {
+		ts.Fatalf("stdout has %d distinct lines, want %d: %v", len(seen), want, seen)
+	}
+}
+
+// await FILE REGEXP: wait (up to 30s) until FILE matches REGEXP — for a
+// background command to reach a known point before the script goes on.
+func await(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: await FILE REGEXP")
+	}
+	re := regexp.MustCompile(args[1])
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(ts.MkAbs(args[0])); err == nil && re.Match(b) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ts.Fatalf("%s never matched %q", args[0], re)
 }
 
 // reset-calls: empty the argv log.

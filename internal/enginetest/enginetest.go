@@ -95,9 +95,12 @@ func sharedStateDir(t *testing.T, rootless bool) string {
 }
 
 // Open returns the Runtime for t, detected like hsbx does.
-func (tg Target) Open(t *testing.T) runtime.Runtime {
+func (tg Target) Open(t *testing.T) runtime.Runtime { return tg.OpenWith(t, nil) }
+
+// OpenWith is Open with a runner of the caller's (to log or count calls).
+func (tg Target) OpenWith(t *testing.T, r *proc.Runner) runtime.Runtime {
 	t.Helper()
-	o := enginecli.Options{Env: tg.Env, Timeout: 60 * time.Second}
+	o := enginecli.Options{Env: tg.Env, Timeout: 60 * time.Second, Runner: r}
 	f, err := detect.Find(context.Background(), detect.Options{Runtime: tg.Bin, Engine: o})
 	if err != nil {
 		t.Fatalf("detect %s: %v", tg.Bin, err)

@@ -1,0 +1,317 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/enginetest"
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+func TestMain(m *testing.M) { enginetest.Main(m) }
+
+// argvLog records every engine argv (the runner logs each call at debug).
+type argvLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *argvLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *argvLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "argv" {
+			l.mu.Lock()
+			l.lines = append(l.lines, a.Value.String())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+func (l *argvLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *argvLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *argvLog) reset() { l.mu.Lock(); l.lines = nil; l.mu.Unlock() }
+func (l *argvLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// env is one target with a manager factory and cleanup of every key used.
+type env struct {
+	t    *testing.T
+	tg   enginetest.Target
+	rt   runtime.Runtime
+	log  *argvLog
+	base string // unique task prefix
+}
+
+func (e *env) manager(environ ...string) *sandbox.Manager {
+	return sandbox.New(sandbox.Config{
+		Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: e.t.TempDir(),
+		Environ: append(e.tg.Env, environ...), UID: 0, GID: 0, StopGrace: 5 * time.Second,
+		Warn: func(string) {},
+	})
+}
+
+func (e *env) spec() sandbox.Spec {
+	s := sandbox.DefaultSpec()
+	s.Image = e.tg.Image
+	return s
+}
+
+func (e *env) key(task string) sandbox.Key {
+	return sandbox.Key{Profile: "hsbx-test", Task: e.base + task}
+}
+
+func each(t *testing.T, fn func(t *testing.T, e *env)) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			log := &argvLog{}
+			rt := tg.OpenWith(t, &proc.Runner{Log: slog.New(log)})
+			e := &env{t: t, tg: tg, rt: rt, log: log, base: fmt.Sprintf("t%d-", time.Now().UnixNano()%1e9)}
+			t.Cleanup(func() {
+				cs, _ := rt.List(context.Background(), runtime.ListOptions{Labels: []string{"hsbx.profile=hsbx-test"}})
+				var ids []string
+				for _, c := range cs {
+					if strings.HasPrefix(c.Labels["hsbx.task"], e.base) {
+						ids = append(ids, c.ID)
+					}
+				}
+				_ = rt.Remove(context.Background(), true, ids...)
+			})
+			fn(t, e)
+		})
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb := e.manager().Sandbox(e.key("life"), e.spec())
+		res, err := sb.Ensure(ctx)
+		if err != nil || res.Action != sandbox.Created || len(res.ID) != 64 {
+			t.Fatalf("first Ensure: %+v %v", res, err)
+		}
+		// Another process (a fresh manager) attaches with one engine call.
+		e.log.reset()
+		other := e.manager().Sandbox(e.key("life"), e.spec())
+		res2, err := other.Ensure(ctx)
+		if err != nil || res2.Action != sandbox.Reused || res2.ID != res.ID {
+			t.Fatalf("second Ensure: %+v %v", res2, err)
+		}
+		if calls := e.log.all(); len(calls) != 1 {
+			t.Errorf("warm Ensure made %d engine calls: %v", len(calls), calls)
+		}
+		// A warm exec is one call too.
+		e.log.reset()
+		var out bytes.Buffer
+		code, err := other.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo hi"}, Stdout: &out})
+		if err != nil || code != 0 || out.String() != "hi\n" {
+			t.Fatalf("exec: %d %q %v", code, out.String(), err)
+		}
+		if calls := e.log.all(); len(calls) != 1 {
+			t.Errorf("warm exec made %d engine calls: %v", len(calls), calls)
+		}
+		// Stop keeps it; Ensure starts the same container again.
+		if found, err := sb.Stop(ctx); !found || err != nil {
+			t.Fatalf("Stop: %v %v", found, err)
+		}
+		res3, err := sb.Ensure(ctx)
+		if err != nil || res3.Action != sandbox.Started || res3.ID != res.ID {
+			t.Fatalf("Ensure after Stop: %+v %v", res3, err)
+		}
+		// Exec on a stopped sandbox starts it and runs the command once.
+		if _, err := sb.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		code, err = other.Exec(ctx, sandbox.Command{Argv: []string{"echo", "once"}, Stdout: &out})
+		if err != nil || code != 0 || out.String() != "once\n" {
+			t.Fatalf("exec on a stopped sandbox: %d %q %v", code, out.String(), err)
+		}
+		removed, err := sb.Down(ctx)
+		if err != nil || len(removed) != 1 || removed[0].ID != res.ID {
+			t.Fatalf("Down: %+v %v", removed, err)
+		}
+		if cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: e.key("life").Filters()}); len(cs) != 0 {
+			t.Errorf("after Down: %+v", cs)
+		}
+		if removed, err := sb.Down(ctx); err != nil || len(removed) != 0 {
+			t.Errorf("second Down: %+v %v", removed, err)
+		}
+	})
+}
+
+func TestConcurrentEnsure(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		const n = 8
+		ids := make([]string, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := e.manager().Sandbox(e.key("race"), e.spec()).Ensure(context.Background())
+				ids[i], errs[i] = res.ID, err
+			}()
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil || ids[i] != ids[0] {
+				t.Errorf("Ensure %d: %s %v (first %s)", i, ids[i], errs[i], ids[0])
+			}
+		}
+		cs, err := e.rt.List(context.Background(), runtime.ListOptions{Labels: e.key("race").Filters()})
+		if err != nil || len(cs) != 1 {
+			t.Errorf("%d containers for one key after %d concurrent Ensures: %v", len(cs), n, err)
+		}
+	})
+}
+
+func TestExecExitCodesPassThrough(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		sb := e.manager().Sandbox(e.key("codes"), e.spec())
+		for _, want := range []int{0, 1, 2, 125, 126, 127, 255} {
+			code, err := sb.Exec(context.Background(), sandbox.Command{Argv: []string{"sh", "-c", fmt.Sprintf("exit %d", want)}})
+			if err != nil || code != want {
+				t.Errorf("exit %d: got %d %v", want, code, err)
+			}
+		}
+	})
+}
+
+func TestTimeoutKillsTheCommandInTheSandbox(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb := e.manager().Sandbox(e.key("timeout"), e.spec())
+		if _, err := sb.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 301"}, Timeout: time.Second})
+		var ie *sandbox.InterruptedError
+		if !errors.As(err, &ie) || !errors.Is(err, sandbox.ErrTimeout) || ie.KillErr != nil || ie.Killed < 1 {
+			t.Fatalf("Exec with timeout: %d %v", code, err)
+		}
+		var ps bytes.Buffer
+		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"ps"}, Stdout: &ps}); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(ps.String(), "sleep 30") {
+			t.Errorf("processes left in the sandbox after the timeout:\n%s", ps.String())
+		}
+		// The caller's context (a signal) kills the same way.
+		cctx, cancel := context.WithCancelCause(ctx)
+		go func() { time.Sleep(time.Second); cancel(errors.New("test signal")) }()
+		_, err = sb.Exec(cctx, sandbox.Command{Argv: []string{"sleep", "302"}})
+		if !errors.As(err, &ie) || ie.Killed != 1 || ie.Cause.Error() != "test signal" {
+			t.Fatalf("Exec cancelled: %v", err)
+		}
+	})
+}
+
+func TestSecretsNeverOnArgv(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		spec := e.spec()
+		spec.Env = map[string]string{"API_KEY": "literal-s3cret"}
+		spec.ForwardEnv = []string{"GITHUB_TOKEN"}
+		sb := e.manager("GITHUB_TOKEN=forwarded-s3cret").Sandbox(e.key("secrets"), spec)
+		var out bytes.Buffer
+		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo $API_KEY $GITHUB_TOKEN $EXTRA"},
+			Env: map[string]string{"EXTRA": "exec-s3cret"}, Stdout: &out})
+		if err != nil || code != 0 || out.String() != "literal-s3cret forwarded-s3cret exec-s3cret\n" {
+			t.Fatalf("exec: %d %q %v", code, out.String(), err)
+		}
+		argv := e.log.all()
+		if len(argv) < 3 {
+			t.Fatalf("argv log too short: %v", argv)
+		}
+		for _, a := range argv {
+			if strings.Contains(a, "s3cret") {
+				t.Errorf("a secret value is on an engine argv: %s", a)
+			}
+		}
+	})
+}
+
+func TestFailedCreateLeavesNothing(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		spec := e.spec()
+		// An unknown user fails at start, after the engine made the
+		// container: all three real engines leave it "created" (measured).
+		spec.ExtraArgs = []string{"--user", "hsbx-no-such-user"}
+		if e.tg.Fake {
+			t.Skip("the fakes model a failed start with FAKEENGINE_RUN_START_FAILS (up_create_fails_cleanup.txtar)")
+		}
+		_, err := e.manager().Sandbox(e.key("fail"), spec).Ensure(ctx)
+		if err == nil {
+			t.Fatal("Ensure with an unknown user succeeded")
+		}
+		cs, lerr := e.rt.List(ctx, runtime.ListOptions{Labels: e.key("fail").Filters()})
+		if lerr != nil || len(cs) != 0 {
+			t.Errorf("a failed create left %d container(s): %+v (%v)", len(cs), cs, err)
+		}
+	})
+}
+
+func TestForeignNameIsLeftAlone(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		k := e.key("foreign")
+		id, err := e.rt.Run(ctx, runtime.RunSpec{Name: k.Name(), Image: e.tg.Image, Cmd: []string{"sleep", "infinity"},
+			Labels: map[string]string{"hsbx.profile": "hsbx-test", "hsbx.task": k.Task}, Args: []string{"--network", "none"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.manager().Sandbox(k, e.spec()).Ensure(ctx); !errors.Is(err, sandbox.ErrForeignName) {
+			t.Fatalf("Ensure over a foreign container: %v", err)
+		}
+		cs, err := e.rt.Inspect(ctx, id)
+		if err != nil || cs[0].State != runtime.StateRunning {
+			t.Errorf("the foreign container was touched: %+v %v", cs, err)
+		}
+	})
+}
+
+func TestPerProcessSandboxes(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		spec := e.spec()
+		spec.PersistAcrossProcesses = false
+		a := e.manager().Sandbox(e.key("pp"), spec)
+		b := e.manager().Sandbox(e.key("pp"), spec)
+		ra, err := a.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, err := b.Ensure(ctx)
+		if err != nil || rb.ID == ra.ID {
+			t.Fatalf("two processes share a per-process sandbox: %s %s %v", ra.ID, rb.ID, err)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if cs, _ := e.rt.Inspect(ctx, ra.ID); len(cs) != 0 {
+			t.Errorf("Close left the per-process sandbox: %+v", cs)
+		}
+		if cs, _ := e.rt.Inspect(ctx, rb.ID); len(cs) != 1 || cs[0].State != runtime.StateRunning {
+			t.Errorf("Close of one process's sandbox touched the other's: %+v", cs)
+		}
+		if err := b.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
