@@ -34,9 +34,11 @@ lint:
 	  if [ -n "$$bad" ]; then echo "only internal/proc may import os/exec:"; echo "$$bad" | cut -d: -f1; exit 1; fi
 
 fuzz:
-	@for f in $$($(GO) test -list '^Fuzz' ./runtime/enginecli | grep '^Fuzz'); do \
-	  echo "fuzz $$f ($(FUZZTIME))"; \
-	  $(GO) test ./runtime/enginecli -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
+	  done; \
 	done
 
 demo: build

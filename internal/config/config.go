@@ -247,8 +247,13 @@ func (c *Config) loadFile(path, text string) error {
 
 func suggest(key string) string {
 	best, bestD := "", 4
+	last := key[strings.LastIndexByte(key, '.')+1:]
 	for _, s := range settings {
-		if d := editDistance(key, s.key); d < bestD {
+		d := editDistance(key, s.key)
+		if leaf := s.key[strings.LastIndexByte(s.key, '.')+1:]; leaf == last && s.key != key {
+			d = 0 // the right key in the wrong table
+		}
+		if d < bestD {
 			best, bestD = s.key, d
 		}
 	}

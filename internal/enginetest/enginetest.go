@@ -25,7 +25,13 @@ import (
 
 // Main is TestMain for a package that uses Targets: it puts the fake
 // docker and podman on PATH as real executables.
+// FAKEENGINE_DIR defaults to a directory under the OS temp dir, so
+// examples can use the fakes with nothing but PATH (testscript.Main exits
+// the process, so it is not removed; it holds a small state file).
 func Main(m *testing.M) {
+	if os.Getenv("FAKEENGINE_DIR") == "" {
+		os.Setenv("FAKEENGINE_DIR", filepath.Join(os.TempDir(), fmt.Sprintf("hsbx-fakeengine-%d", os.Getpid())))
+	}
 	testscript.Main(m, map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman})
 }
 

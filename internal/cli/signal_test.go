@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/enginetest"
+)
+
+func TestMain(m *testing.M) { enginetest.Main(m) }
+
+// A signal while `hsbx exec` runs: the command's processes in the sandbox
+// are killed and hsbx exits 128+N (143 for SIGTERM, 130 for SIGINT).
+func TestSignalExitCodes(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			environ := append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine"), "HOME="+dir,
+				"HSBX_RUNTIME=docker", "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+dir)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			go func() {
+				state := filepath.Join(dir, "engine", "state.json")
+				for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if b, _ := os.ReadFile(state); strings.Contains(string(b), `"pid"`) {
+						break
+					}
+				}
+				cancel(&SignalError{Signal: sig})
+			}()
+			var out, errb bytes.Buffer
+			code := Main(ctx, Env{Args: []string{"exec", "--", "sleep", "300"}, Environ: environ, Stdout: &out, Stderr: &errb})
+			if code != 128+int(sig) {
+				t.Fatalf("exit %d, want %d; stderr %s", code, 128+int(sig), errb.String())
+			}
+			if !strings.Contains(errb.String(), "killed its 1 process(es) in the sandbox") {
+				t.Errorf("stderr: %s", errb.String())
+			}
+			out.Reset()
+			if code := Main(context.Background(), Env{Args: []string{"exec", "--", "ps"}, Environ: environ, Stdout: &out, Stderr: &errb}); code != 0 || strings.Contains(out.String(), "sleep 300") {
+				t.Errorf("after the signal (exit %d), ps shows:\n%s", code, out.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,39 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func FuzzConfigFile(f *testing.F) {
+	f.Add("profile = \"x\"\n[sandbox]\nimage = \"a\"\ncpu = 1.5\nvolumes = [\"/a:/b\"]\nenv = { A = \"1\" }\n[reaper]\nlifetime = \"300s\"\n")
+	f.Add("[sandbox]\nmemory = \"5g\"\n")
+	f.Add("image = = x")
+	f.Add("[sandbox.env]\nA = 1\nB = true\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		p := filepath.Join(t.TempDir(), "c.toml")
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(Options{File: p})
+		if err == nil {
+			_ = c.Spec() // every accepted file yields a spec without panicking
+			c.All()
+		}
+	})
+}
+
+func FuzzEnvValue(f *testing.F) {
+	for _, s := range []string{"true", "no", "1.5", "5120", "300s", "90", `["a","b"]`, `{"A":"1","B":2}`, `"str"`, "[1]", "{", "-5", "NaN", "1e400"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		for _, s := range settings {
+			v, err := parseString(s, raw, true)
+			if err == nil && v == nil {
+				t.Fatalf("%s: nil value without error", s.key)
+			}
+		}
+	})
+}

@@ -1,0 +1,52 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/hsbx/hsbx/runtime/detect"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// An agent framework keeps one sandbox per task and runs every shell
+// command of the session in it. (In this package's tests, the engine found
+// on PATH is the fake docker.)
+func Example() {
+	ctx := context.Background()
+	rt, _, err := detect.Open(ctx, detect.Options{
+		Getenv: os.Getenv,
+		Engine: enginecli.Options{Env: os.Environ()},
+	})
+	if err != nil {
+		fmt.Println("no engine:", err)
+		return
+	}
+	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
+	defer os.RemoveAll(stateDir)
+	m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir, Environ: os.Environ()})
+
+	spec := sandbox.DefaultSpec()
+	spec.Image = "busybox"
+	sb := m.Sandbox(sandbox.Key{Profile: "default", Task: "example"}, spec)
+
+	res, err := sb.Ensure(ctx) // created, or reused from an earlier process
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Action, res.Name)
+
+	code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"echo", "hello from the sandbox"}, Stdout: os.Stdout})
+	fmt.Println("exit", code, err)
+
+	_ = sb.Close(ctx)          // persist mode: the sandbox keeps running for the next process
+	removed, _ := sb.Down(ctx) // explicit teardown
+	fmt.Println("removed", len(removed))
+	// Output:
+	// created hsbx-default-example-0aa313e583e4
+	// hello from the sandbox
+	// exit 0 <nil>
+	// removed 1
+}

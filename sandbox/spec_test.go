@@ -1,0 +1,142 @@
+package sandbox
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+func TestParseVolume(t *testing.T) {
+	cases := []struct {
+		in   string
+		want Volume
+		err  string
+	}{
+		{"/h:/c", Volume{"/h", "/c", false}, ""},
+		{"/h:/c:ro", Volume{"/h", "/c", true}, ""},
+		{"/h:/c:rw", Volume{"/h", "/c", false}, ""},
+		{"/h", Volume{}, "wrong number"},
+		{"/h:/c:ro:x", Volume{}, "wrong number"},
+		{"h:/c", Volume{}, "host path is not absolute"},
+		{"/h:c", Volume{}, "container path is not absolute"},
+		{"/h:/c:rx", Volume{}, `unknown mode "rx"`},
+		{"", Volume{}, "wrong number"},
+	}
+	for _, tc := range cases {
+		got, err := ParseVolume(tc.in)
+		if tc.err != "" {
+			var bs *ErrBadSpec
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.As(err, &bs) || bs.Setting != "volumes" {
+				t.Errorf("ParseVolume(%q) err = %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseVolume(%q) = %+v, %v", tc.in, got, err)
+		}
+	}
+}
+
+func build(t *testing.T, s Spec, h Host) (string, []string, error) {
+	t.Helper()
+	rs, warns, err := BuildRun(Key{"p", "t"}, "n", s, h, Mounts{Workspace: "/st/ws", Home: "/st/home", CallerCwd: "/here"},
+		func(k string) (string, bool) { v, ok := map[string]string{"TOKEN": "tok", "PATH": "/bin"}[k]; return v, ok })
+	return strings.Join(rs.Args, " "), warns, err
+}
+
+func TestBuildRun(t *testing.T) {
+	rootful := Host{Dialect: runtime.Docker, BackingFS: "extfs", UID: 1000, GID: 100}
+	rootlessV1 := Host{Dialect: runtime.Podman, Rootless: true, CgroupV1: true, BackingFS: "extfs"}
+	mod := func(f func(*Spec)) Spec { s := DefaultSpec(); f(&s); return s }
+	cases := []struct {
+		name     string
+		spec     Spec
+		host     Host
+		want     []string // substrings of the joined args
+		not      []string
+		warn     string
+		errField string
+	}{
+		{name: "defaults", spec: DefaultSpec(), host: rootful,
+			want: []string{"--init -w /root --cap-drop ALL --cap-add DAC_OVERRIDE --cap-add CHOWN --cap-add FOWNER --cap-add SETUID --cap-add SETGID --security-opt no-new-privileges",
+				"--pids-limit 256 --cpus 1 --memory 5120m --shm-size 1g -v /st/ws:/workspace -v /st/home:/root"},
+			not: []string{"--network", "--storage-opt", "--user"}},
+		{name: "host user drops setuid", spec: mod(func(s *Spec) { s.RunAsHostUser = true }), host: rootful,
+			want: []string{"--user 1000:100"}, not: []string{"SETUID", "SETGID"}},
+		{name: "no network", spec: mod(func(s *Spec) { s.Network = false }), host: rootful, want: []string{"--network none"}},
+		{name: "not persistent", spec: mod(func(s *Spec) { s.Persistent = false }), host: rootful,
+			want: []string{"--tmpfs /workspace:rw,exec,size=1g --tmpfs /root:rw,exec,size=256m"}, not: []string{"/st/"}},
+		{name: "mount cwd", spec: mod(func(s *Spec) { s.MountCwdToWorkspace = true }), host: rootful,
+			want: []string{"-w /workspace", "-v /here:/workspace -v /st/home:/root"}, not: []string{"/st/ws"}},
+		{name: "mount cwd keeps an explicit cwd", spec: mod(func(s *Spec) { s.MountCwdToWorkspace = true; s.Cwd = "/x"; s.Explicit = map[string]bool{"cwd": true} }), host: rootful,
+			want: []string{"-w /x"}},
+		{name: "zero limits are off", spec: mod(func(s *Spec) { s.CPU, s.MemoryMB, s.PidsLimit = 0, 0, 0 }), host: rootful,
+			not: []string{"--cpus", "--memory", "--pids-limit"}},
+		{name: "extra args last", spec: mod(func(s *Spec) { s.ExtraArgs = []string{"--gpus=all"}; s.Volumes = []string{"/a:/b:ro"} }), host: rootful,
+			want: []string{"-v /a:/b:ro --gpus=all"}},
+		{name: "rootless v1 drops default limits", spec: DefaultSpec(), host: rootlessV1,
+			not: []string{"--cpus", "--memory", "--pids-limit"}, warn: "default --pids-limit 256, --cpus 1, --memory 5120m left off"},
+		{name: "rootless v1 refuses a user's limit", spec: mod(func(s *Spec) { s.PidsLimit = 64; s.Explicit = map[string]bool{"pids_limit": true} }), host: rootlessV1,
+			errField: "pids_limit"},
+		{name: "rootless v2 applies limits", spec: DefaultSpec(), host: Host{Dialect: runtime.Podman, Rootless: true},
+			want: []string{"--pids-limit 256 --cpus 1 --memory 5120m"}},
+		{name: "disk on xfs", spec: mod(func(s *Spec) { s.DiskMB = 2048 }), host: Host{BackingFS: "xfs"}, want: []string{"--storage-opt size=2048m"}},
+		{name: "disk on extfs", spec: mod(func(s *Spec) { s.DiskMB = 2048 }), host: rootful, errField: "disk"},
+		{name: "bad volume", spec: mod(func(s *Spec) { s.Volumes = []string{"x"} }), host: rootful, errField: "volumes"},
+		{name: "bad env name", spec: mod(func(s *Spec) { s.Env = map[string]string{"A-B": "1"} }), host: rootful, errField: "env"},
+		{name: "client var", spec: mod(func(s *Spec) { s.Env = map[string]string{"PATH": "/evil"} }), host: rootful, errField: "env"},
+		{name: "client var unchanged is fine", spec: mod(func(s *Spec) { s.ForwardEnv = []string{"PATH"} }), host: rootful},
+		{name: "relative cwd", spec: mod(func(s *Spec) { s.Cwd = "x" }), host: rootful, errField: "cwd"},
+		{name: "bad shm", spec: mod(func(s *Spec) { s.ShmSize = "lots" }), host: rootful, errField: "shm_size"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args, warns, err := build(t, tc.spec, tc.host)
+			if tc.errField != "" {
+				var bs *ErrBadSpec
+				if !errors.As(err, &bs) || bs.Setting != tc.errField {
+					t.Fatalf("err = %v, want one naming %s", err, tc.errField)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(args, w) {
+					t.Errorf("args lack %q:\n%s", w, args)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(args, n) {
+					t.Errorf("args have %q:\n%s", n, args)
+				}
+			}
+			if (tc.warn == "") != (len(warns) == 0) || (tc.warn != "" && !strings.Contains(strings.Join(warns, "\n"), tc.warn)) {
+				t.Errorf("warnings %q, want %q", warns, tc.warn)
+			}
+		})
+	}
+}
+
+func TestBuildRunEnvValuesStayOffArgv(t *testing.T) {
+	s := DefaultSpec()
+	s.Env = map[string]string{"LIT": "lit-secret"}
+	s.ForwardEnv = []string{"TOKEN", "MISSING"}
+	rs, _, err := BuildRun(Key{"p", "t"}, "n", s, Host{}, Mounts{Workspace: "/w", Home: "/h"},
+		func(k string) (string, bool) { v, ok := map[string]string{"TOKEN": "tok-secret"}[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Env["LIT"] != "lit-secret" || rs.Env["TOKEN"] != "tok-secret" || len(rs.Env) != 2 {
+		t.Errorf("env values %v", rs.Env)
+	}
+	if strings.Contains(strings.Join(rs.Args, " "), "secret") {
+		t.Errorf("a value is in the args: %v", rs.Args)
+	}
+	if rs.Cmd[0] != "sleep" || rs.Cmd[1] != "infinity" || rs.Labels[LabelKey] == "" {
+		t.Errorf("run spec %+v", rs)
+	}
+}
