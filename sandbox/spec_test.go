@@ -42,7 +42,10 @@ func TestParseVolume(t *testing.T) {
 func build(t *testing.T, s Spec, h Host) (string, []string, error) {
 	t.Helper()
 	rs, warns, err := BuildRun(Key{"p", "t"}, "n", s, h, Mounts{Workspace: "/st/ws", Home: "/st/home", CallerCwd: "/here"},
-		func(k string) (string, bool) { v, ok := map[string]string{"TOKEN": "tok", "PATH": "/bin"}[k]; return v, ok })
+		func(k string) (string, bool) {
+			v, ok := map[string]string{"TOKEN": "tok", "PATH": "/bin"}[k]
+			return v, ok
+		})
 	return strings.Join(rs.Args, " "), warns, err
 }
 
