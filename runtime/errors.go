@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 )
 
@@ -42,15 +43,36 @@ type EngineError struct {
 	Stderr   string
 }
 
+// Error names the engine subcommand and gives the engine's own message; the
+// full argv is in the Argv field and in the debug log (--log-level debug).
 func (e *EngineError) Error() string {
 	msg := strings.TrimSpace(e.Stderr)
 	if msg == "" {
 		msg = fmt.Sprintf("exit status %d", e.ExitCode)
 	}
-	if i := strings.LastIndexByte(msg, '\n'); i >= 0 && len(msg) > 2000 {
-		msg = msg[i+1:]
+	if len(msg) > 2000 {
+		msg = "..." + msg[len(msg)-2000:]
 	}
-	return fmt.Sprintf("%v: %s (exit %d): %s", e.Kind, quoteArgv(e.Argv), e.ExitCode, msg)
+	return fmt.Sprintf("%v: `%s` (exit %d): %s", e.Kind, e.Command(), e.ExitCode, msg)
+}
+
+// Command is the engine binary's base name and its subcommand, as in
+// "podman run" or "docker container inspect".
+func (e *EngineError) Command() string {
+	if len(e.Argv) == 0 {
+		return "engine"
+	}
+	words := []string{filepath.Base(e.Argv[0])}
+	for _, a := range e.Argv[1:] {
+		if strings.HasPrefix(a, "-") {
+			break
+		}
+		words = append(words, a)
+		if a != "container" {
+			break
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // Unwrap returns the classification, so errors.Is(err, ErrNotFound) works.
@@ -83,15 +105,4 @@ func Hint(err error) string {
 		return "pull or import the image first, or choose another with --image"
 	}
 	return ""
-}
-
-func quoteArgv(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n\"'") {
-			a = fmt.Sprintf("%q", a)
-		}
-		parts[i] = a
-	}
-	return strings.Join(parts, " ")
 }

@@ -1,12 +1,37 @@
 #!/usr/bin/env bash
-# demo.sh — show hsbx on every real engine scripts/engines.sh set up.
-# Usage: scripts/demo.sh [HSBX]   (after `. /tmp/hsbx-engines/env.sh`)
-set -euo pipefail
-hsbx=${1:-hsbx}
-run() { printf '\n$ %s\n' "$*"; "$@"; }
+# demo.sh — hsbx's main job on every real engine scripts/engines.sh set up:
+# a sandbox up, commands in it (state persists between them, exit codes pass
+# through, a timeout kills the command in the sandbox), listing, teardown.
+# The rootless engine is driven by hsbx running as that engine's user, as a
+# real rootless user would.
+# Usage: scripts/demo.sh HSBX   (after `. /tmp/hsbx-engines/env.sh`)
+set -uo pipefail
+hsbx=$(readlink -f "${1:-bin/hsbx}")
+export TERMINAL_DOCKER_IMAGE=${HSBX_IT_IMAGE:-hsbx-busybox}
+run() { printf '\n$ hsbx %s\n' "${*:$((skip + 1))}"; "$@"; echo "[exit $?]"; }
 
-for bin in "$HSBX_IT_DOCKER" "$HSBX_IT_PODMAN" "$HSBX_IT_PODMAN_ROOTLESS"; do
-  [ -n "$bin" ] || continue
-  printf '\n===== %s\n' "$bin"
-  run "$hsbx" --runtime "$bin" doctor
-done
+demo() { # demo LABEL CMD-PREFIX...
+  printf '\n===================== %s\n' "$1"; shift
+  h=("$@")
+  skip=$((${#h[@]} - 2)) # print from --runtime on
+  run "${h[@]}" doctor
+  run "${h[@]}" up --task demo --json
+  run "${h[@]}" up --task demo --json          # reused: one engine call
+  run "${h[@]}" exec --task demo -- sh -c 'echo hello > /tmp/greeting; uname -sr'
+  run "${h[@]}" exec --task demo -- cat /tmp/greeting
+  run "${h[@]}" exec --task demo -- sh -c 'exit 42'
+  run "${h[@]}" exec --task demo --timeout 1s -- sh -c 'sleep 300 & sleep 301'
+  run "${h[@]}" exec --task demo -- ps
+  run "${h[@]}" ls
+  run "${h[@]}" down --task demo
+}
+
+state=$(mktemp -d); chmod 0755 "$state"; trap 'rm -rf "$state"' EXIT
+[ -n "${HSBX_IT_DOCKER:-}" ] && XDG_STATE_HOME=$state/root demo "docker (rootful)" "$hsbx" --runtime "$HSBX_IT_DOCKER"
+[ -n "${HSBX_IT_PODMAN:-}" ] && XDG_STATE_HOME=$state/root demo "podman (rootful)" "$hsbx" --runtime "$HSBX_IT_PODMAN"
+if [ -n "${HSBX_IT_AS_ROOTLESS:-}" ]; then
+  install -m 0755 "$hsbx" "$state/hsbx"
+  mkdir -p "$state/rootless" && chown "$HSBX_IT_ROOTLESS_UID:$HSBX_IT_ROOTLESS_GID" "$state/rootless"
+  XDG_STATE_HOME=$state/rootless/state XDG_CACHE_HOME=$state/rootless/cache \
+    demo "podman (rootless, hsbx run as the rootless user)" "$HSBX_IT_AS_ROOTLESS" "$state/hsbx" --runtime podman
+fi

@@ -103,6 +103,15 @@ WRAP
 chmod 0755 "$wrapper"
 "$wrapper" image exists "localhost/$image" || "$wrapper" import "$tarball" "$image" >/dev/null
 
+# Run a command as the rootless user, as that user would (their HOME, their
+# podman storage), keeping the rest of the caller's environment.
+cat >"$dir/bin/as-rootless" <<WRAP
+#!/bin/sh
+exec setpriv --reuid=$uid --regid=$(id -g "$user") --init-groups \\
+  env HOME=/home/$user USER=$user XDG_RUNTIME_DIR=$rundir CONTAINERS_CONF=$conf "\$@"
+WRAP
+chmod 0755 "$dir/bin/as-rootless"
+
 # A "docker" that is really podman (the podman-docker shim), for detection tests.
 mkdir -p "$dir/shim"
 printf '#!/bin/sh\nexec /usr/bin/podman "$@"\n' >"$dir/shim/docker"
@@ -117,6 +126,7 @@ export HSBX_IT_DOCKER=$dockercli
 export HSBX_IT_PODMAN=/usr/bin/podman
 export HSBX_IT_PODMAN_ROOTLESS=$wrapper
 export HSBX_IT_DOCKER_SHIM=$dir/shim/docker
+export HSBX_IT_AS_ROOTLESS=$dir/bin/as-rootless
 export HSBX_IT_ROOTLESS_UID=$uid
 export HSBX_IT_ROOTLESS_GID=$(id -g "$user")
 ENV
