@@ -32,6 +32,11 @@ var steps = []string{
 	"unpause_running", "pause_paused",
 	"!run -d --name cap-stop --network none hsbx-busybox sleep infinity",
 	"stop_running", "rm_stopped",
+	"!create --name cap-batch1 --network none hsbx-busybox true",
+	"!run -d --name cap-batch2 --network none hsbx-busybox sleep infinity",
+	"!create --name cap-batch3 --network none hsbx-busybox true",
+	"rm_batch_running", "rm_batch_missing", "ps_after_batch",
+	"!rm -f cap-batch2",
 	"!rm -f cap-run cap-exit cap-created cap-paused cap-stop",
 	"down_ps", "down_version", "down_info", "down_run", "down_exec",
 }

@@ -281,17 +281,25 @@ func (f *fake) rm(args []string) int {
 		return f.flagError(bad)
 	}
 	force := p.has("-f", "--force")
-	if f.dialect == "podman" && force && len(p.pos) > 1 {
-		// podman 4.3: `rm -f a missing b` exits 0, prints nothing, removes nothing.
-		missing := false
+	if f.dialect == "podman" && len(p.pos) > 1 {
+		// podman 4.3: a missing name in a batch removes nothing at all;
+		// `rm -f` then exits 0 silently, plain `rm` names the missing one
+		// and exits 1 (measured).
+		var missing []string
 		_ = f.st.view(func(st *State) error {
 			for _, ref := range p.pos {
-				missing = missing || st.find(ref) == nil
+				if st.find(ref) == nil {
+					missing = append(missing, ref)
+				}
 			}
 			return nil
 		})
-		if missing {
-			return 0
+		if len(missing) > 0 {
+			if force {
+				return 0
+			}
+			f.notFound(missing[0])
+			return 1
 		}
 	}
 	return f.each(p.pos, func(st *State, ref string, c *Container) int {

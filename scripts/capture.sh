@@ -71,6 +71,13 @@ cap pause_paused pause cap-paused
 "$bin" run -d --name cap-stop "${net[@]}" "$image" sleep infinity >/dev/null
 cap stop_running stop -t 1 cap-stop
 cap rm_stopped rm cap-stop
+"$bin" create --name cap-batch1 "${net[@]}" "$image" true >/dev/null
+"$bin" run -d --name cap-batch2 "${net[@]}" "$image" sleep infinity >/dev/null
+"$bin" create --name cap-batch3 "${net[@]}" "$image" true >/dev/null
+cap rm_batch_running rm cap-batch1 cap-batch2 cap-batch3
+cap rm_batch_missing rm cap-batch2 cap-nonexist
+cap ps_after_batch ps -a --no-trunc --format "$psfmt" --filter name=cap-batch
+for c in cap-batch1 cap-batch2 cap-batch3; do "$bin" rm -f "$c" >/dev/null 2>&1; done
 for c in cap-run cap-exit cap-created cap-paused cap-stop; do "$bin" rm -f "$c" >/dev/null 2>&1; done  # one by one: podman's rm -f with a missing name removes nothing
 
 # The engine out of reach.

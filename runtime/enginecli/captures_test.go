@@ -143,7 +143,10 @@ func TestCapturedInspect(t *testing.T) {
 			if run.State != runtime.StateRunning || run.Started.IsZero() || !run.Finished.IsZero() {
 				t.Errorf("running: %+v", run)
 			}
-			if exited.State != runtime.StateExited || exited.Finished.IsZero() || exited.Finished.Before(exited.Started) {
+			// podman 4.3 can report FinishedAt a few microseconds before
+			// StartedAt for a container that exits at once (captured), so
+			// only presence is checked.
+			if exited.State != runtime.StateExited || exited.Finished.IsZero() || exited.Started.IsZero() {
 				t.Errorf("exited: %+v", exited)
 			}
 			if exited.Finished.Nanosecond() == 0 {
