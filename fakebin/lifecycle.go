@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 var runFlags = flagSet{
@@ -68,11 +69,7 @@ func (f *fake) run(args []string, createOnly bool) int {
 	if f.env["FAKEENGINE_ROOTLESS"] == "1" && f.dialect == "podman" && p.has("--memory", "-m", "--cpus", "--pids-limit") {
 		fmt.Fprintln(f.stderr, `time="2026-11-22T06:00:00Z" level=warning msg="Resource limits are not supported and ignored on cgroups V1 rootless systems"`)
 	}
-	if f.env["FAKEENGINE_NO_TUN"] == "1" && f.dialect == "podman" && p.last("--network", "--net") != "none" {
-		// rootless podman without /dev/net/tun: slirp4netns cannot start (measured: exit 126, nothing left behind)
-		fmt.Fprintln(f.stderr, `Error: /usr/bin/slirp4netns failed: "open(\"/dev/net/tun\"): Permission denied\nchild failed(1)\n"`)
-		return 126
-	}
+	noTun := f.env["FAKEENGINE_NO_TUN"] == "1" && f.dialect == "podman" && p.last("--network", "--net") != "none"
 	labels := map[string]string{}
 	for _, l := range append(p.vals["--label"], p.vals["-l"]...) {
 		k, v, _ := strings.Cut(l, "=")
@@ -107,6 +104,14 @@ func (f *fake) run(args []string, createOnly bool) int {
 		if c.Name == "" {
 			c.Name = randomName(st.Seq)
 		}
+		if noTun {
+			// rootless podman without /dev/net/tun: the container is made,
+			// slirp4netns fails at start, podman removes it again and exits
+			// 126 (measured); others see it "created" meanwhile
+			st.Containers = append(st.Containers, c)
+			startFailed = true
+			return nil
+		}
 		if f.env["FAKEENGINE_RUN_START_FAILS"] == "1" {
 			// the OCI runtime cannot start the process: both engines leave
 			// the container behind in state "created" (measured)
@@ -133,6 +138,12 @@ func (f *fake) run(args []string, createOnly bool) int {
 			fmt.Fprintf(f.stderr, "docker: Error response from daemon: Conflict. The container name \"/%s\" is already in use by container %q. You have to remove (or rename) that container to be able to reuse that name.\n\nRun 'docker %s --help' for more information\n", c.Name, clash.ID, f.sub)
 		}
 		return 125
+	}
+	if err == nil && startFailed && noTun {
+		time.Sleep(150 * time.Millisecond)
+		_ = f.st.update(func(st *State) error { st.remove(st.find(c.ID)); return nil })
+		fmt.Fprintln(f.stderr, `Error: /usr/bin/slirp4netns failed: "open(\"/dev/net/tun\"): Permission denied\nchild failed(1)\n"`)
+		return 126
 	}
 	if err == nil && startFailed {
 		what := fmt.Sprintf("exec: %q: executable file not found in $PATH", strings.Join(cmd, " "))

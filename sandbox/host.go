@@ -31,9 +31,8 @@ func (m *Manager) hostFacts(ctx context.Context) (Host, error) {
 		return *m.host, nil
 	}
 	key := m.hostCacheKey()
-	file := ""
 	if m.c.CacheDir != "" {
-		file = filepath.Join(m.c.CacheDir, "engines.json")
+		file := filepath.Join(m.c.CacheDir, "engines.json")
 		cache := map[string]cachedHost{}
 		if b, err := os.ReadFile(file); err == nil {
 			_ = json.Unmarshal(b, &cache)
@@ -57,20 +56,40 @@ func (m *Manager) hostFacts(ctx context.Context) (Host, error) {
 		BackingFS: info.BackingFS, UID: m.c.UID, GID: m.c.GID,
 	}
 	m.host = &h
-	if file != "" && err == nil {
-		cache := map[string]cachedHost{}
-		if b, rerr := os.ReadFile(file); rerr == nil {
-			_ = json.Unmarshal(b, &cache)
-		}
-		cache[key] = cachedHost{Host: h, At: time.Now()}
-		if b, merr := json.Marshal(cache); merr == nil && os.MkdirAll(m.c.CacheDir, 0o700) == nil {
-			tmp := fmt.Sprintf("%s.%d", file, os.Getpid())
-			if os.WriteFile(tmp, b, 0o600) == nil {
-				_ = os.Rename(tmp, file)
-			}
-		}
+	if err == nil {
+		m.saveHost(h)
 	}
 	return h, nil
+}
+
+// saveHost records the facts in the cache file (best effort).
+func (m *Manager) saveHost(h Host) {
+	if m.c.CacheDir == "" {
+		return
+	}
+	file := filepath.Join(m.c.CacheDir, "engines.json")
+	cache := map[string]cachedHost{}
+	if b, err := os.ReadFile(file); err == nil {
+		_ = json.Unmarshal(b, &cache)
+	}
+	cache[m.hostCacheKey()] = cachedHost{Host: h, At: time.Now()}
+	if b, err := json.Marshal(cache); err == nil && os.MkdirAll(m.c.CacheDir, 0o700) == nil {
+		tmp := fmt.Sprintf("%s.%d", file, os.Getpid())
+		if os.WriteFile(tmp, b, 0o600) == nil {
+			_ = os.Rename(tmp, file)
+		}
+	}
+}
+
+// markNoNetwork remembers that networked sandboxes cannot start here.
+func (m *Manager) markNoNetwork() {
+	m.hostMu.Lock()
+	defer m.hostMu.Unlock()
+	if m.host == nil || m.host.NoNetwork {
+		return
+	}
+	m.host.NoNetwork = true
+	m.saveHost(*m.host)
 }
 
 // hostCacheKey names the engine endpoint: binary, the variables that point

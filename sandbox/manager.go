@@ -45,6 +45,10 @@ type Config struct {
 	StopGrace time.Duration
 	// Warn receives one line per default left off (nil: logged).
 	Warn func(string)
+	// OnColdStart runs after Ensure had to create or start a container
+	// (never on the warm path): hsbx hangs the orphan sweep here. It must
+	// not fail the caller; errors are its own to report.
+	OnColdStart func(ctx context.Context)
 }
 
 // Manager creates and finds sandboxes on one engine. It is safe for
@@ -69,6 +73,12 @@ func New(c Config) *Manager {
 		m.c.Warn = func(s string) { m.log.Warn(s) }
 	}
 	return m
+}
+
+func (m *Manager) coldStart(ctx context.Context) {
+	if m.c.OnColdStart != nil {
+		m.c.OnColdStart(ctx)
+	}
 }
 
 // Runtime is the engine the manager drives.
@@ -148,10 +158,39 @@ func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ephemeral {
-		return s.ensureEphemeral(ctx)
+		res, err := s.ensureEphemeral(ctx)
+		if err == nil {
+			s.m.coldStart(ctx)
+		}
+		return res, err
 	}
+	res, err := s.ensure(ctx)
+	if err == nil && res.Action != Reused {
+		s.m.coldStart(ctx)
+	}
+	return res, err
+}
+
+// ensureBudget bounds how long Ensure keeps waiting for other processes
+// that are creating or starting the same sandbox.
+const ensureBudget = 90 * time.Second
+
+// youngCreate is how long a "created" container is taken for another
+// process's create in progress (run = create + start) rather than a leftover.
+const youngCreate = 20 * time.Second
+
+func (s *Sandbox) ensure(ctx context.Context) (Result, error) {
+	deadline := time.Now().Add(ensureBudget)
 	var lastErr error
-	for attempt := 0; attempt < 4; attempt++ {
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if time.Now().After(deadline) {
+				return Result{}, fmt.Errorf("could not bring up sandbox %s: %w", s.name, lastErr)
+			}
+			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+				return Result{}, err
+			}
+		}
 		cs, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
 		if err != nil {
 			return Result{}, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
@@ -161,7 +200,7 @@ func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
 			id, err := s.create(ctx, s.name)
 			if errors.Is(err, runtime.ErrNameInUse) {
 				lastErr = err
-				continue // another process created it first: attach to theirs
+				continue // another process is creating it: attach to theirs
 			}
 			if err != nil {
 				return Result{}, err
@@ -180,6 +219,12 @@ func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
 			s.id, c.State = c.ID, runtime.StateRunning
 			return s.result(c, Started), nil
 		case runtime.StateCreated, runtime.StateExited:
+			if c.State == runtime.StateCreated && !c.Created.IsZero() && time.Since(c.Created) < youngCreate && time.Now().Before(deadline) {
+				// Another process's `run` is between create and start (or
+				// failing and about to clean up): let it finish.
+				lastErr = fmt.Errorf("sandbox %s is being created by another process", c.Name)
+				continue
+			}
 			err := s.m.c.Runtime.Start(ctx, c.ID)
 			if err == nil {
 				s.id, c.State = c.ID, runtime.StateRunning
@@ -190,21 +235,31 @@ func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
 				continue // vanished meanwhile: look again, then create
 			}
 			s.m.log.Warn("could not start the stopped sandbox; replacing it", "id", c.ID, "error", err)
-			if err := s.removeIfStopped(ctx, c.ID); err != nil {
-				return Result{}, fmt.Errorf("sandbox %s would not start and could not be removed: %w", c.Name, err)
+			if networkSetupFailed(err) {
+				s.m.markNoNetwork()
+			}
+			if err := s.removeIfStopped(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				lastErr = fmt.Errorf("sandbox %s would not start and could not be removed: %w", c.Name, err)
 			}
 		case runtime.StateDead:
-			if err := s.removeIfStopped(ctx, c.ID); err != nil {
-				return Result{}, fmt.Errorf("sandbox %s is dead and could not be removed: %w", c.Name, err)
+			if err := s.removeIfStopped(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				lastErr = fmt.Errorf("sandbox %s is dead and could not be removed: %w", c.Name, err)
 			}
 		default: // restarting, removing, stopping, unknown: the engine is busy with it
 			lastErr = fmt.Errorf("sandbox %s is %s", c.Name, c.State)
-			if err := sleepCtx(ctx, 300*time.Millisecond); err != nil {
-				return Result{}, err
-			}
 		}
 	}
-	return Result{}, fmt.Errorf("could not bring up sandbox %s: %w", s.name, lastErr)
+}
+
+// backoff grows from ~50ms to ~1s, jittered so racing processes spread out.
+func backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 5)
+	if d > time.Second {
+		d = time.Second
+	}
+	var b [1]byte
+	_, _ = rand.Read(b[:])
+	return d/2 + time.Duration(int64(d/2)*int64(b[0])/255)
 }
 
 // pick chooses among the key's containers: running first, then paused,
@@ -266,6 +321,10 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	spec := s.spec
+	if host.NoNetwork && spec.Network && !spec.Explicit["network"] {
+		spec.Network = false // learned earlier: this engine cannot network here
+		s.m.c.Warn(noNetworkWarning(host))
+	}
 	warned := map[string]bool{}
 	for {
 		rs, warnings, err := BuildRun(s.key, name, spec, host, mounts, s.m.getenv)
@@ -289,8 +348,9 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		}
 		s.cleanupAttempt(ctx, nonce)
 		if spec.Network && !spec.Explicit["network"] && networkSetupFailed(err) {
-			s.m.c.Warn(fmt.Sprintf("%s cannot set up networking here (rootless, no /dev/net/tun?): default network left off, sandbox runs with --network none", host.Dialect))
+			s.m.markNoNetwork()
 			spec.Network = false
+			s.m.c.Warn(noNetworkWarning(host))
 			continue
 		}
 		return "", fmt.Errorf("creating sandbox %s: %w", name, err)
@@ -308,6 +368,10 @@ func (s *Sandbox) checkNameOwner(ctx context.Context, name string, inUse error) 
 		return fmt.Errorf("%w: %s (id %.12s) has no hsbx.key=%s label; remove or rename it", ErrForeignName, name, cs[0].ID, s.key.Hash())
 	}
 	return inUse
+}
+
+func noNetworkWarning(h Host) string {
+	return fmt.Sprintf("%s cannot set up networking here (rootless, no /dev/net/tun?): default network left off, sandbox runs with --network none", h.Dialect)
 }
 
 func networkSetupFailed(err error) bool {

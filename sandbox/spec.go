@@ -59,6 +59,9 @@ type Host struct {
 	CgroupV1  bool
 	BackingFS string
 	UID, GID  int
+	// NoNetwork is learned, not reported: creating a networked container
+	// failed (rootless without /dev/net/tun), so defaults skip networking.
+	NoNetwork bool
 }
 
 // limitsIgnored reports whether the engine silently ignores resource limits
