@@ -401,7 +401,7 @@ func (f *fake) inspectObject(c *Container) map[string]any {
 		"State": map[string]any{
 			"Status": c.State, "Running": c.State == "running" || c.State == "paused", "Paused": c.State == "paused",
 			"Restarting": false, "OOMKilled": false, "Dead": c.State == "dead", "Pid": 0, "ExitCode": c.ExitCode,
-			"Error": "", "StartedAt": rfc(c.StartedAt), "FinishedAt": rfc(c.FinishedAt),
+			"Error": "", "StartedAt": rfc(c.StartedAt), "FinishedAt": f.finishedAt(c),
 		},
 		"Image": strings.Repeat("9c", 32), "Name": name,
 		"Config":     map[string]any{"Image": image, "Labels": labels, "Env": c.Env, "Cmd": c.Cmd, "WorkingDir": c.WorkDir, "User": c.User},
@@ -426,4 +426,13 @@ func (f *fake) flagError(msg string) int {
 		return 125
 	}
 	return 1
+}
+
+// finishedAt is FinishedAt as inspect prints it; FAKEENGINE_INSPECT_FINISHEDAT
+// overrides it for every container (garbage, the zero value, another format).
+func (f *fake) finishedAt(c *Container) string {
+	if v := f.env["FAKEENGINE_INSPECT_FINISHEDAT"]; v != "" {
+		return v
+	}
+	return rfc(c.FinishedAt)
 }

@@ -262,6 +262,12 @@ func (f *fake) faults() (int, bool) {
 			return 0, false
 		}
 	}
+	if n := f.env["FAKEENGINE_FAIL_"+key+"_AFTER"]; n != "" {
+		ok, _ := strconv.Atoi(n)
+		if f.bumpCounter("after-"+key) <= ok {
+			return 0, false
+		}
+	}
 	codeStr, msg, _ := strings.Cut(spec, ":")
 	code, err := strconv.Atoi(codeStr)
 	if err != nil {

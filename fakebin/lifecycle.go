@@ -324,6 +324,13 @@ func (f *fake) rm(args []string) int {
 				return 0
 			}
 			return 1
+		case refused(f.env["FAKEENGINE_RM_REFUSE"], ref, c):
+			if f.dialect == "podman" {
+				fmt.Fprintf(f.stderr, "Error: removing container %s: container is being removed: container state improper\n", c.ID)
+				return 125
+			}
+			fmt.Fprintf(f.stderr, "Error response from daemon: removal of container %s is already in progress\n", c.ID)
+			return 1
 		case !force && (c.State == "running" || c.State == "paused"):
 			if f.dialect == "podman" {
 				fmt.Fprintf(f.stderr, "Error: cannot remove container %s as it is running - running or paused containers cannot be removed without force: container state improper\n", c.ID)
@@ -468,4 +475,18 @@ func (f *fake) ociError(what string, podmanCode int) int {
 	}
 	fmt.Fprintf(f.stdout, "OCI runtime exec failed: exec failed: unable to start container process: %s: unknown\n", what)
 	return 126
+}
+
+// refused reports whether FAKEENGINE_RM_REFUSE (comma-separated names)
+// names the container.
+func refused(list, ref string, c *Container) bool {
+	for _, n := range strings.Split(list, ",") {
+		if n != "" && (n == ref || n == c.Name || n == c.ID) {
+			return true
+		}
+		if sub, ok := strings.CutPrefix(n, "~"); ok && sub != "" && strings.Contains(c.Name, sub) {
+			return true
+		}
+	}
+	return false
 }

@@ -165,8 +165,11 @@ func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res, err := s.ensure(ctx)
-	if err == nil && res.Action != Reused {
-		s.m.coldStart(ctx)
+	if err == nil {
+		touchLastUse(s.m.c.StateDir, s.key.Hash())
+		if res.Action != Reused {
+			s.m.coldStart(ctx)
+		}
 	}
 	return res, err
 }
@@ -487,6 +490,11 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 }
 
 func (s *Sandbox) execOnce(ctx context.Context, target string, c Command) (int, error) {
+	if !s.ephemeral {
+		release := holdInUse(s.m.c.StateDir, s.key.Hash())
+		defer release()
+		touchLastUse(s.m.c.StateDir, s.key.Hash())
+	}
 	token := randomHex(12)
 	env := map[string]string{ExecIDVar: token}
 	for k, v := range c.Env {

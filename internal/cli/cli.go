@@ -18,6 +18,7 @@ import (
 
 	"github.com/hsbx/hsbx/internal/config"
 	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/reaper"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/enginecli"
@@ -58,6 +59,7 @@ type grammar struct {
 	Stop       StopCmd    `cmd:"" help:"Stop the task's sandbox, keeping its filesystem."`
 	Down       DownCmd    `cmd:"" help:"Stop and remove the task's sandbox."`
 	Ls         LsCmd      `cmd:"" help:"List sandboxes."`
+	Reap       ReapCmd    `cmd:"" help:"Remove sandboxes that crashed or abandoned processes left behind (never running or foreign ones)."`
 	ConfigCmd  ConfigCmd  `cmd:"" name:"config" help:"Show the effective configuration and where each value comes from."`
 	Doctor     DoctorCmd  `cmd:"" help:"Check which engine hsbx would drive and whether it works."`
 	VersionCmd VersionCmd `cmd:"" name:"version" help:"Print hsbx's version."`
@@ -85,6 +87,7 @@ type App struct {
 	Cfg    *config.Config
 
 	flags map[string][2]string // command flags that are settings
+	gate  *reaper.Gate         // the automatic sweep's once-per-window gate
 }
 
 // Getenv reads the process environment given to Main.
@@ -148,11 +151,17 @@ func (a *App) manager() (*sandbox.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sandbox.New(sandbox.Config{
+	if a.gate == nil {
+		a.gate = &reaper.Gate{StateDir: a.stateDir(), Window: a.Cfg.Duration("reaper.lifetime")}
+	}
+	var m *sandbox.Manager
+	m = sandbox.New(sandbox.Config{
 		Runtime: rt, Logger: a.Log, StateDir: a.stateDir(), CacheDir: a.cacheDir(),
 		Environ: a.Env.Environ, Cwd: a.Env.Cwd, UID: os.Getuid(), GID: os.Getgid(),
-		Warn: func(s string) { fmt.Fprintf(a.Env.Stderr, "hsbx: warning: %s\n", s) },
-	}), nil
+		Warn:        func(s string) { fmt.Fprintf(a.Env.Stderr, "hsbx: warning: %s\n", s) },
+		OnColdStart: func(ctx context.Context) { a.autoSweep(m)(ctx) },
+	})
+	return m, nil
 }
 
 // sandbox returns the handle for task in the current profile.

@@ -1,0 +1,236 @@
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// Sweeper runs sweeps against one engine.
+type Sweeper struct {
+	RT        runtime.Runtime
+	StateDir  string // usage records (idle); "" disables idle reaping
+	Log       *slog.Logger
+	StopGrace time.Duration
+}
+
+// Removed is a reclaimed sandbox.
+type Removed struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Profile    string `json:"profile"`
+	Task       string `json:"task"`
+	State      string `json:"state"`
+	Reason     string `json:"reason"`
+	AgeSeconds int64  `json:"age_seconds"`
+}
+
+// Kept is a sandbox left alone, and why.
+type Kept struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Failure is a sandbox the sweep could not handle; the sweep went on.
+type Failure struct {
+	ID    string `json:"id"`
+	Error string `json:"error"`
+}
+
+// Report is what a sweep did (or, dry, would do).
+type Report struct {
+	Removed []Removed `json:"removed"`
+	Kept    []Kept    `json:"kept"`
+	Errors  []Failure `json:"errors"`
+}
+
+func (s *Sweeper) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return s.Log
+}
+
+// Sweep finds the candidates, judges them and (unless dry) removes the
+// orphans: without force, so a container that came alive since it was
+// judged survives, and verified with the engine afterwards. An engine
+// failure before any verdict is returned as an error and nothing is
+// removed; a failure with one container is reported and the sweep goes on.
+func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error) {
+	rep := Report{Removed: []Removed{}, Kept: []Kept{}, Errors: []Failure{}}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	filters := []string{sandbox.LabelAgent + "=1"}
+	if !o.AllProfiles {
+		filters = append(filters, sandbox.LabelProfile+"="+sandbox.SanitizeLabel(o.Profile))
+	}
+	listed, err := s.RT.List(ctx, runtime.ListOptions{Labels: filters})
+	if err != nil {
+		return rep, fmt.Errorf("listing sandboxes: %w", err)
+	}
+	if len(listed) == 0 {
+		return rep, nil
+	}
+	ids := make([]string, len(listed))
+	for i, c := range listed {
+		ids[i] = c.ID
+	}
+	cs := s.inspect(ctx, ids, &rep) // labels re-checked from inspect, not the filter
+	verdicts := Judge(cs, o, func(c runtime.Container) Usage {
+		t, _ := sandbox.LastUse(s.StateDir, c.Labels[sandbox.LabelKey])
+		return Usage{LastUse: t}
+	})
+
+	var doomed []Verdict
+	for _, v := range verdicts {
+		if !v.Remove {
+			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: v.Reason})
+			continue
+		}
+		if v.Idle && s.StateDir == "" {
+			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: "running (no state dir to tell idle from busy)"})
+			continue
+		}
+		doomed = append(doomed, v)
+	}
+	if dry {
+		for _, v := range doomed {
+			rep.Removed = append(rep.Removed, removed(v))
+		}
+		return rep, nil
+	}
+
+	// Idle sandboxes: only with every user gone (the in-use lock free),
+	// held until removal so no new command starts in between; stopped first.
+	var rmIDs []string
+	var toRemove []Verdict
+	for _, v := range doomed {
+		if v.Idle {
+			release, ok := sandbox.LockIdle(s.StateDir, v.C.Labels[sandbox.LabelKey])
+			if !ok {
+				rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: "running, in use by a live hsbx process"})
+				continue
+			}
+			defer release()
+			if err := s.RT.Stop(ctx, v.C.ID, s.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				rep.Errors = append(rep.Errors, Failure{ID: v.C.ID, Error: fmt.Sprintf("stopping idle sandbox: %v", err)})
+				continue
+			}
+		}
+		rmIDs = append(rmIDs, v.C.ID)
+		toRemove = append(toRemove, v)
+	}
+	if len(rmIDs) == 0 {
+		return rep, nil
+	}
+	rmErr := s.RT.Remove(ctx, false, rmIDs...)
+	if rmErr != nil {
+		s.log().Debug("batch rm reported an error; checking what it removed", "error", rmErr)
+	}
+	left, verr := s.stillThere(ctx, rmIDs)
+	if verr != nil {
+		return rep, fmt.Errorf("checking what the engine removed: %w", verr)
+	}
+	if len(left) > 0 { // per-container fallback, only where the batch did not do its job
+		for id := range left {
+			if err := s.RT.Remove(ctx, false, id); err != nil {
+				left[id] = err
+			}
+		}
+		again, verr := s.stillThere(ctx, keys(left))
+		if verr != nil {
+			return rep, fmt.Errorf("checking what the engine removed: %w", verr)
+		}
+		for id := range left {
+			if _, still := again[id]; !still {
+				delete(left, id)
+			}
+		}
+	}
+	for _, v := range toRemove {
+		if err, still := left[v.C.ID]; still {
+			msg := "the engine reported success but the container is still there"
+			if err != nil {
+				msg = err.Error()
+			}
+			rep.Errors = append(rep.Errors, Failure{ID: v.C.ID, Error: msg})
+			continue
+		}
+		rep.Removed = append(rep.Removed, removed(v))
+		s.log().Info("reaped sandbox", "id", v.C.ID, "task", v.Task, "profile", v.Profile, "reason", v.Reason)
+	}
+	return rep, nil
+}
+
+// inspect inspects all ids in one call; where that call fails as a whole
+// it falls back to one call per id, reporting those that still fail.
+func (s *Sweeper) inspect(ctx context.Context, ids []string, rep *Report) []runtime.Container {
+	cs, err := s.RT.Inspect(ctx, ids...)
+	if err == nil || errors.Is(err, runtime.ErrNotFound) {
+		return cs // missing ones are already gone
+	}
+	s.log().Debug("batch inspect failed; inspecting one by one", "error", err)
+	cs = cs[:0]
+	for _, id := range ids {
+		one, err := s.RT.Inspect(ctx, id)
+		switch {
+		case err == nil:
+			cs = append(cs, one...)
+		case errors.Is(err, runtime.ErrNotFound):
+		default:
+			rep.Errors = append(rep.Errors, Failure{ID: id, Error: fmt.Sprintf("inspect: %v", err)})
+		}
+	}
+	return cs
+}
+
+// stillThere returns the ids that still exist (one inspect call).
+func (s *Sweeper) stillThere(ctx context.Context, ids []string) (map[string]error, error) {
+	cs, err := s.RT.Inspect(ctx, ids...)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return nil, err
+	}
+	left := map[string]error{}
+	for _, c := range cs {
+		left[c.ID] = nil
+	}
+	return left, nil
+}
+
+func keys(m map[string]error) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func removed(v Verdict) Removed {
+	age := int64(-1)
+	if v.Age >= 0 {
+		age = int64(v.Age / time.Second)
+	}
+	return Removed{ID: v.C.ID, Name: v.C.Name, Profile: v.Profile, Task: v.Task, State: string(v.C.State),
+		Reason: v.Reason, AgeSeconds: age}
+}
+
+// Summary is the one-line account of a report.
+func (r Report) Summary(dry bool) string {
+	verb := "reaped"
+	if dry {
+		verb = "would reap"
+	}
+	parts := []string{fmt.Sprintf("%s %d sandbox(es)", verb, len(r.Removed)), fmt.Sprintf("kept %d", len(r.Kept))}
+	if len(r.Errors) > 0 {
+		parts = append(parts, fmt.Sprintf("%d error(s)", len(r.Errors)))
+	}
+	return strings.Join(parts, ", ")
+}
