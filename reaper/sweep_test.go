@@ -1,0 +1,146 @@
+package reaper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/enginetest"
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/reaper"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+func TestMain(m *testing.M) { enginetest.Main(m) }
+
+type counter struct{ n atomic.Int32 }
+
+func (c *counter) Enabled(context.Context, slog.Level) bool  { return true }
+func (c *counter) Handle(context.Context, slog.Record) error { c.n.Add(1); return nil }
+func (c *counter) WithAttrs([]slog.Attr) slog.Handler        { return c }
+func (c *counter) WithGroup(string) slog.Handler             { return c }
+
+func TestSweepOnEveryEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := context.Background()
+			calls := &counter{}
+			rt := tg.OpenWith(t, &proc.Runner{Log: slog.New(calls)})
+			profile := fmt.Sprintf("hsbx-reaptest-%d", time.Now().UnixNano()%1e9)
+			run := func(name string, labels map[string]string, cmd ...string) string {
+				id, err := rt.Run(ctx, runtime.RunSpec{Name: profile + "-" + name, Labels: labels, Image: tg.Image, Cmd: cmd, Args: []string{"--network", "none"}})
+				if err != nil && !errors.Is(err, runtime.ErrEngine) {
+					t.Fatalf("run %s: %v", name, err)
+				}
+				return id
+			}
+			ours := map[string]string{"hermes-agent": "1", "hermes-profile": profile, "hermes-task-id": "x", "hsbx-reaptest": profile}
+			other := map[string]string{"hermes-agent": "1", "hermes-profile": profile + "-other", "hsbx-reaptest": profile}
+			foreign := map[string]string{"hermes-profile": profile, "hsbx-reaptest": profile}
+			t.Cleanup(func() {
+				cs, _ := rt.List(context.Background(), runtime.ListOptions{Labels: []string{"hsbx-reaptest=" + profile}})
+				for _, c := range cs {
+					_ = rt.Remove(context.Background(), true, c.ID)
+				}
+			})
+			exited := run("exited", ours, "true")
+			running := run("running", ours, "sleep", "infinity")
+			otherProfile := run("other", other, "true")
+			notOurs := run("foreign", foreign, "true")
+			if !tg.Fake {
+				// a create whose start fails: the engines leave it "created"
+				if _, err := rt.Run(ctx, runtime.RunSpec{Name: profile + "-halfmade", Labels: ours, Image: tg.Image,
+					Cmd: []string{"true"}, Args: []string{"--network", "none", "--user", "hsbx-no-such-user"}}); err == nil {
+					t.Fatal("run with an unknown user succeeded")
+				}
+			}
+			time.Sleep(1200 * time.Millisecond) // let the exited ones age past the 1s max age
+
+			sw := &reaper.Sweeper{RT: rt}
+			calls.n.Store(0)
+			rep, err := sw.Sweep(ctx, reaper.Options{Profile: profile, MaxAge: time.Second, Now: time.Now()}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := calls.n.Load(); n != 4 {
+				t.Errorf("sweep made %d engine calls, want 4 (ps, inspect, rm, inspect)", n)
+			}
+			want := 1
+			if !tg.Fake {
+				want = 2
+			}
+			if len(rep.Removed) != want || len(rep.Errors) != 0 {
+				t.Fatalf("report %+v", rep)
+			}
+			gone := map[string]bool{}
+			for _, r := range rep.Removed {
+				gone[r.ID] = true
+			}
+			if !gone[exited] {
+				t.Errorf("the exited orphan was not removed: %+v", rep)
+			}
+			for name, id := range map[string]string{"running": running, "other profile": otherProfile, "foreign": notOurs} {
+				if cs, err := rt.Inspect(ctx, id); err != nil || len(cs) != 1 {
+					t.Errorf("%s container was touched: %v", name, err)
+				}
+			}
+			if cs, _ := rt.Inspect(ctx, exited); len(cs) != 0 {
+				t.Errorf("reported removed but still there")
+			}
+		})
+	}
+}
+
+func TestIdleSweepSparesALiveHolder(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := tg.Open(t)
+			profile := fmt.Sprintf("hsbx-idletest-%d", time.Now().UnixNano()%1e9)
+			m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: tg.StateDir, CacheDir: t.TempDir(), Environ: tg.Env, StopGrace: 2 * time.Second})
+			spec := sandbox.DefaultSpec()
+			spec.Image = tg.Image
+			idle := m.Sandbox(sandbox.Key{Profile: profile, Task: "idle"}, spec)
+			busy := m.Sandbox(sandbox.Key{Profile: profile, Task: "busy"}, spec)
+			t.Cleanup(func() { idle.Down(context.Background()); busy.Down(context.Background()) })
+			idleRes, err := idle.Ensure(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			busyRes, err := busy.Ensure(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			execCtx, cancel := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { busy.Exec(execCtx, sandbox.Command{Argv: []string{"sleep", "60"}}); close(done) }()
+			time.Sleep(1500 * time.Millisecond) // the exec holds the in-use lock by now
+
+			sw := &reaper.Sweeper{RT: rt, StateDir: tg.StateDir, StopGrace: 2 * time.Second}
+			rep, err := sw.Sweep(ctx, reaper.Options{Profile: profile, MaxAge: time.Hour, Idle: time.Millisecond, Now: time.Now()}, false)
+			cancel()
+			<-done
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Removed) != 1 || rep.Removed[0].ID != idleRes.ID || rep.Removed[0].Reason != "idle" {
+				t.Fatalf("removed %+v (errors %+v)", rep.Removed, rep.Errors)
+			}
+			kept := false
+			for _, k := range rep.Kept {
+				kept = kept || (k.ID == busyRes.ID && k.Reason == "running, in use by a live hsbx process")
+			}
+			if !kept {
+				t.Errorf("busy sandbox not kept as in use: %+v", rep.Kept)
+			}
+			if cs, err := rt.Inspect(ctx, busyRes.ID); err != nil || cs[0].State != runtime.StateRunning {
+				t.Errorf("the busy sandbox was touched: %+v %v", cs, err)
+			}
+		})
+	}
+}
