@@ -166,6 +166,7 @@ func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
 	}
 	res, err := s.ensure(ctx)
 	if err == nil {
+		writeMarker(s.m.c.StateDir, s.key.Hash(), res.ID)
 		touchLastUse(s.m.c.StateDir, s.key.Hash())
 		if res.Action != Reused {
 			s.m.coldStart(ctx)
@@ -185,6 +186,20 @@ const youngCreate = 20 * time.Second
 func (s *Sandbox) ensure(ctx context.Context) (Result, error) {
 	deadline := time.Now().Add(ensureBudget)
 	var lastErr error
+	if !hasMarker(s.m.c.StateDir, s.key.Hash()) {
+		// Never seen here: most likely it does not exist, so create at once
+		// (one call, like a raw run). If it does exist, the name clashes and
+		// the probe below attaches or starts it.
+		id, err := s.create(ctx, s.name)
+		switch {
+		case err == nil:
+			s.id = id
+			return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: Created}, nil
+		case !errors.Is(err, runtime.ErrNameInUse):
+			return Result{}, err
+		}
+		lastErr = err
+	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			if time.Now().After(deadline) {
@@ -585,6 +600,7 @@ func (s *Sandbox) Down(ctx context.Context) ([]runtime.Container, error) {
 	s.mu.Lock()
 	s.id = ""
 	s.mu.Unlock()
+	removeMarker(s.m.c.StateDir, s.key.Hash())
 	return cs, nil
 }
 

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -85,4 +86,43 @@ func LockIdle(stateDir, keyHash string) (release func(), ok bool) {
 		return nil, false
 	}
 	return func() { f.Close() }, true
+}
+
+// The marker records that this host has seen the sandbox for a key (its
+// container id). Without it, Ensure tries to create straight away — the
+// derived name makes that safe, as a conflict falls back to the probe — so
+// a cold `up` costs one engine call, like a raw `run`.
+
+func markerPath(stateDir, keyHash string) string {
+	return filepath.Join(usageDir(stateDir, keyHash), "container")
+}
+
+func hasMarker(stateDir, keyHash string) bool {
+	if stateDir == "" {
+		return true // no state: always probe first
+	}
+	_, err := os.Stat(markerPath(stateDir, keyHash))
+	return err == nil
+}
+
+func writeMarker(stateDir, keyHash, id string) {
+	if stateDir == "" {
+		return
+	}
+	p := markerPath(stateDir, keyHash)
+	if b, err := os.ReadFile(p); err == nil && string(b) == id {
+		return
+	}
+	if os.MkdirAll(filepath.Dir(p), 0o755) == nil {
+		tmp := p + "." + strconv.Itoa(os.Getpid())
+		if os.WriteFile(tmp, []byte(id), 0o644) == nil {
+			_ = os.Rename(tmp, p)
+		}
+	}
+}
+
+func removeMarker(stateDir, keyHash string) {
+	if stateDir != "" {
+		_ = os.Remove(markerPath(stateDir, keyHash))
+	}
 }
