@@ -6,6 +6,8 @@
 #   make demo      engines if needed, then a sandbox up / exec / ls / down
 #   make lint      go vet, gofmt, and "only internal/proc imports os/exec"
 #   make fuzz      every fuzz target for FUZZTIME each
+#   make bench     hsbx vs the raw engine CLI and the seeds' reaper on the real
+#                  engines (installs them if needed); writes BENCHMARKS.md
 
 GO          ?= go
 ENGINES_DIR ?= /tmp/hsbx-engines
@@ -13,10 +15,11 @@ FUZZTIME    ?= 60s
 # Sourced when present, so the tests reach the real engines.
 ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi
 
-.PHONY: build test engines lint fuzz demo clean
+.PHONY: build test engines lint fuzz demo bench clean
 
+# Static and stripped: no dynamic loader at start-up (about 3 ms a call here).
 build:
-	$(GO) build -o bin/hsbx ./cmd/hsbx
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/hsbx ./cmd/hsbx
 
 test: lint
 	@if [ ! -f $(ENGINES_DIR)/env.sh ]; then \
@@ -44,6 +47,13 @@ fuzz:
 demo: build
 	@[ -f $(ENGINES_DIR)/env.sh ] || scripts/engines.sh $(ENGINES_DIR)
 	@. $(ENGINES_DIR)/env.sh; scripts/demo.sh bin/hsbx
+
+bench: build
+	@[ -f $(ENGINES_DIR)/env.sh ] || scripts/engines.sh $(ENGINES_DIR)
+	@. $(ENGINES_DIR)/env.sh; $(GO) run ./bench -hsbx bin/hsbx -out BENCHMARKS.md $(BENCHFLAGS)
+	@{ echo "## Go benchmarks (pure code, no engine)"; echo; echo '```'; \
+	  $(GO) test -run '^$$' -bench . -benchmem -benchtime 200x ./runtime/enginecli ./reaper | grep -E '^(Benchmark|cpu:)'; \
+	  echo '```'; } >> BENCHMARKS.md
 
 clean:
 	rm -rf bin

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -82,10 +81,29 @@ type ErrBadSpec struct {
 
 func (e *ErrBadSpec) Error() string { return e.Setting + ": " + e.Msg }
 
-var (
-	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	shmRE     = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
-)
+// validEnvName reports whether s is a shell variable name.
+func validEnvName(s string) bool {
+	for i, c := range s {
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// validSize reports whether s is a size like 64m or 1g.
+func validSize(s string) bool {
+	digits := strings.TrimRight(strings.TrimRight(s, "bkmgBKMG"), "")
+	if len(s)-len(digits) > 1 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return digits != ""
+}
 
 // clientVars steer the engine client itself: a sandbox env value for one of
 // them would travel in the client's environment and redirect the client.
@@ -111,12 +129,12 @@ func (s Spec) Validate() error {
 		}
 	}
 	for k := range s.Env {
-		if !envNameRE.MatchString(k) {
+		if !validEnvName(k) {
 			return &ErrBadSpec{"env", fmt.Sprintf("%q is not a valid variable name", k)}
 		}
 	}
 	for _, k := range s.ForwardEnv {
-		if !envNameRE.MatchString(k) {
+		if !validEnvName(k) {
 			return &ErrBadSpec{"forward_env", fmt.Sprintf("%q is not a valid variable name", k)}
 		}
 	}
@@ -129,7 +147,7 @@ func (s Spec) Validate() error {
 		return &ErrBadSpec{"disk", fmt.Sprintf("%d: want MB >= 0 (0 = no quota)", s.DiskMB)}
 	case s.PidsLimit < 0:
 		return &ErrBadSpec{"pids_limit", fmt.Sprintf("%d: want >= 0 (0 = unlimited)", s.PidsLimit)}
-	case s.ShmSize != "" && !shmRE.MatchString(s.ShmSize):
+	case s.ShmSize != "" && !validSize(s.ShmSize):
 		return &ErrBadSpec{"shm_size", fmt.Sprintf("%q: want a size like 64m or 1g", s.ShmSize)}
 	}
 	return nil

@@ -52,6 +52,7 @@ type Result struct {
 	Stderr   []byte // the last StderrTail bytes
 	ExitCode int    // the process's exit status; 128+N when killed by signal N
 	Elapsed  time.Duration
+	MaxRSSKB int64 // the child's peak resident set size (Linux: KiB), 0 if unknown
 }
 
 // TimeoutError says a command was killed because it outlived its timeout.
@@ -129,6 +130,11 @@ func (r *Runner) Run(ctx context.Context, c Cmd) (Result, error) {
 	err := cmd.Run()
 	res := Result{Stdout: stdout.Bytes(), Stderr: tail.Bytes(), Elapsed: time.Since(start)}
 	res.ExitCode = exitCode(cmd.ProcessState)
+	if cmd.ProcessState != nil {
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			res.MaxRSSKB = ru.Maxrss
+		}
+	}
 	r.log(ctx, c.Argv, res, err)
 
 	switch {

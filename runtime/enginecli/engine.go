@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -219,7 +218,18 @@ func Missing(ids []string, cs []runtime.Container) []string {
 	return missing
 }
 
-var idRE = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
+// isID reports whether s looks like a container ID (12 to 64 hex digits).
+func isID(s string) bool {
+	if len(s) < 12 || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // Run implements runtime.Runtime.
 func (e *Engine) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
@@ -242,7 +252,7 @@ func (e *Engine) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 		return "", err
 	}
 	id := lastLine(res.Stdout)
-	if !idRE.MatchString(id) {
+	if !isID(id) {
 		return "", fmt.Errorf("%w: %s run printed %q where a container ID was expected", runtime.ErrBadOutput, e.d.Name(), clip(res.Stdout))
 	}
 	return id, nil

@@ -1,0 +1,388 @@
+// Command bench measures hsbx against the raw engine CLI and against the
+// Hermes backend's reaper algorithm, side by side in one run, on the real
+// engines scripts/engines.sh set up, and writes BENCHMARKS.md. Every figure
+// is a median over repeated, interleaved runs (hsbx, raw, hsbx, raw, ...)
+// unless the table says otherwise. Run it with `make bench`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/reaper"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/detect"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+var (
+	hsbxBin = flag.String("hsbx", "bin/hsbx", "the hsbx binary to measure")
+	out     = flag.String("out", "BENCHMARKS.md", "where to write the report")
+	runs    = flag.Int("runs", 15, "repetitions for the warm measurements")
+	cold    = flag.Int("cold-runs", 7, "repetitions for the cold up")
+	scale   = flag.String("scale", "10,50,200", "orphan counts for the reaper benchmark")
+	only    = flag.String("engines", "docker,podman", "engines to measure")
+)
+
+type engine struct {
+	name, bin, image, version string
+	rt                        runtime.Runtime
+	env                       []string // hsbx's environment for this engine
+	profile                   string
+}
+
+var runner = &proc.Runner{}
+
+func run(ctx context.Context, env []string, argv ...string) proc.Result {
+	res, err := runner.Run(ctx, proc.Cmd{Argv: argv, Env: env, Timeout: 5 * time.Minute})
+	if err != nil {
+		fail("%s: %v", proc.Quote(argv), err)
+	}
+	return res
+}
+
+func must(ctx context.Context, env []string, argv ...string) proc.Result {
+	res := run(ctx, env, argv...)
+	if res.ExitCode != 0 {
+		fail("%s: exit %d: %s", proc.Quote(argv), res.ExitCode, res.Stderr)
+	}
+	return res
+}
+
+func fail(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
+	os.Exit(1)
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// row is one line of a comparison table.
+type row struct {
+	what, hsbx, base, ratio, target, verdict string
+}
+
+func ratioRow(what string, h, b time.Duration, target float64, note string) row {
+	r := float64(h) / float64(b)
+	v := "met"
+	if r > target {
+		v = "**missed**"
+	}
+	if note != "" {
+		v += "; " + note
+	}
+	return row{what, ms(h), ms(b), fmt.Sprintf("%.3f", r), fmt.Sprintf("≤ %.2f", target), v}
+}
+
+func main() {
+	flag.Parse()
+	ctx := context.Background()
+	hb, err := filepath.Abs(*hsbxBin)
+	if err != nil {
+		fail("%v", err)
+	}
+	*hsbxBin = hb
+	image := os.Getenv("HSBX_IT_IMAGE")
+	var engines []*engine
+	for _, name := range strings.Split(*only, ",") {
+		bin := os.Getenv("HSBX_IT_" + strings.ToUpper(name))
+		if bin == "" || image == "" {
+			fail("real %s not configured: run `make engines` and source /tmp/hsbx-engines/env.sh (HSBX_IT_%s)", name, strings.ToUpper(name))
+		}
+		engines = append(engines, setup(ctx, name, bin, image))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (bench/main.go) on %s: %d cores (%s/%s), kernel %s, Go %s.\n",
+		time.Now().UTC().Format("2006-01-02"), goruntime.NumCPU(), goruntime.GOOS, goruntime.GOARCH, kernel(), goruntime.Version())
+	fmt.Fprintf(&b, "Each ratio is hsbx's median over the baseline's median, measured interleaved (hsbx, baseline, hsbx, ...) in the same run: %d runs for warm figures, %d for cold `up`. Lower is better.\n\n", *runs, *cold)
+	for _, e := range engines {
+		fmt.Fprintf(&b, "## %s %s (`%s`)\n\n", e.name, e.version, e.bin)
+		rows := []row{warmExec(ctx, e), warmUp(ctx, e), coldUp(ctx, e)}
+		b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
+		for _, r := range rows {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)
+		}
+		b.WriteString("\n")
+		b.WriteString(reapAtScale(ctx, e))
+		b.WriteString(concurrency(ctx, e))
+		cleanup(ctx, e)
+	}
+	b.WriteString(footprint(ctx, engines[0]))
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		fail("%v", err)
+	}
+	fmt.Print(b.String())
+}
+
+func kernel() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}
+
+func setup(ctx context.Context, name, bin, image string) *engine {
+	f, err := detect.Find(ctx, detect.Options{Runtime: bin, Engine: enginecli.Options{Env: os.Environ()}})
+	if err != nil {
+		fail("%v", err)
+	}
+	rt := detect.New(f, enginecli.Options{Env: os.Environ()})
+	info, err := rt.Info(ctx)
+	if err != nil {
+		fail("%s: %v", name, err)
+	}
+	dir, _ := os.MkdirTemp("", "hsbx-bench-")
+	e := &engine{name: name, bin: bin, image: image, version: info.ServerVersion, rt: rt,
+		profile: fmt.Sprintf("bench%d", time.Now().UnixNano()%1e6)}
+	e.env = append(os.Environ(), "HSBX_RUNTIME="+bin, "HSBX_PROFILE="+e.profile, "TERMINAL_DOCKER_IMAGE="+image,
+		"XDG_STATE_HOME="+filepath.Join(dir, "state"), "XDG_CACHE_HOME="+filepath.Join(dir, "cache"),
+		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "HOME="+dir)
+	// First call: caches the dialect, engine facts and the sweep window.
+	must(ctx, e.env, *hsbxBin, "up", "--task", "prime")
+	return e
+}
+
+func (e *engine) hsbx(args ...string) []string { return append([]string{*hsbxBin}, args...) }
+
+// pair runs a and b interleaved n times and returns their medians.
+func pair(ctx context.Context, e *engine, n int, a, b func() time.Duration) (time.Duration, time.Duration) {
+	var as, bs []time.Duration
+	for i := 0; i < n; i++ {
+		as = append(as, a())
+		bs = append(bs, b())
+	}
+	return median(as), median(bs)
+}
+
+func warmExec(ctx context.Context, e *engine) row {
+	id := strings.TrimSpace(string(must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Stdout))
+	h, b := pair(ctx, e, *runs,
+		func() time.Duration { return must(ctx, e.env, e.hsbx("exec", "--task", "warm", "--", "true")...).Elapsed },
+		func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", id, "true").Elapsed })
+	return ratioRow("warm `exec -- true` vs `"+e.name+" exec ID true`", h, b, 1.05, "")
+}
+
+func warmUp(ctx context.Context, e *engine) row {
+	key := sandbox.Key{Profile: e.profile, Task: "warm"}
+	format := "{{json .}}"
+	if e.rt.Dialect() == runtime.Podman {
+		format = "json"
+	}
+	ps := []string{e.bin, "ps", "-a", "--no-trunc", "--format", format}
+	for _, f := range key.Filters() {
+		ps = append(ps, "--filter", "label="+f)
+	}
+	h, b := pair(ctx, e, *runs,
+		func() time.Duration { return must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Elapsed },
+		func() time.Duration { return must(ctx, os.Environ(), ps...).Elapsed })
+	return ratioRow("warm `up` vs one `"+e.name+" ps` with the same filters", h, b, 1.1, "")
+}
+
+// coldUp compares creating a sandbox with a raw `run -d` of the very same
+// arguments (built by the same code), each removed after, untimed.
+func coldUp(ctx context.Context, e *engine) row {
+	info, _ := e.rt.Info(ctx)
+	host := sandbox.Host{Dialect: e.rt.Dialect(), Rootless: info.Rootless, CgroupV1: info.CgroupVersion == "1" || info.CgroupVersion == "v1", BackingFS: info.BackingFS}
+	dir, _ := os.MkdirTemp("", "hsbx-bench-raw-")
+	defer os.RemoveAll(dir)
+	spec := sandbox.DefaultSpec()
+	spec.Image = e.image
+	i := 0
+	h, b := pair(ctx, e, *cold,
+		func() time.Duration {
+			i++
+			task := fmt.Sprintf("cold%d", i)
+			d := must(ctx, e.env, e.hsbx("up", "--task", task)...).Elapsed
+			must(ctx, e.env, e.hsbx("down", "--task", task)...)
+			return d
+		},
+		func() time.Duration {
+			key := sandbox.Key{Profile: e.profile, Task: fmt.Sprintf("raw%d", i)}
+			rs, _, err := sandbox.BuildRun(key, key.Name(), spec, host, sandbox.Mounts{Workspace: dir, Home: dir},
+				func(string) (string, bool) { return "", false })
+			if err != nil {
+				fail("%v", err)
+			}
+			argv := []string{e.bin, "run", "-d", "--name", rs.Name}
+			for _, k := range slices.Sorted(func(yield func(string) bool) {
+				for k := range rs.Labels {
+					if !yield(k) {
+						return
+					}
+				}
+			}) {
+				argv = append(argv, "--label", k+"="+rs.Labels[k])
+			}
+			argv = append(append(append(argv, rs.Args...), rs.Image), rs.Cmd...)
+			d := must(ctx, os.Environ(), argv...).Elapsed
+			must(ctx, os.Environ(), e.bin, "rm", "-f", rs.Name)
+			return d
+		})
+	return ratioRow("cold `up` (creates) vs `"+e.name+" run -d` with the same arguments", h, b, 1.15, "")
+}
+
+// makeOrphans starts n labelled containers that exit at once, 4 at a time.
+func makeOrphans(ctx context.Context, e *engine, n int, tag string) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			must(ctx, os.Environ(), e.bin, "run", "-d", "--network", "none", "--label", "hermes-agent=1",
+				"--label", "hermes-profile="+e.profile, "--label", "hermes-task-id="+tag, e.image, "true")
+		}()
+	}
+	wg.Wait()
+	time.Sleep(1500 * time.Millisecond) // older than the 1s max age used below
+}
+
+// seedsReap is the Hermes backend's algorithm: one ps, then an inspect and
+// an rm per container. It returns the number of engine calls.
+func seedsReap(ctx context.Context, e *engine, maxAge time.Duration) (int, int) {
+	calls, removed := 1, 0
+	res := must(ctx, os.Environ(), e.bin, "ps", "-a", "--filter", "label=hermes-agent=1", "--filter", "status=exited",
+		"--filter", "label=hermes-profile="+e.profile, "--format", "{{.ID}}")
+	for _, id := range strings.Fields(string(res.Stdout)) {
+		calls++
+		r := run(ctx, os.Environ(), e.bin, "inspect", "--format", "{{.State.FinishedAt}}", id)
+		t, err := runtime.ParseTime(string(r.Stdout))
+		if r.ExitCode != 0 || err != nil || t.IsZero() || time.Since(t) < maxAge {
+			continue
+		}
+		calls++
+		if run(ctx, os.Environ(), e.bin, "rm", "-f", id).ExitCode == 0 {
+			removed++
+		}
+	}
+	return calls, removed
+}
+
+func reapAtScale(ctx context.Context, e *engine) string {
+	var b strings.Builder
+	b.WriteString("Reaper at scale: N exited orphans, swept by `hsbx reap --max-age 1s` and by the Hermes backend's algorithm (one `ps`, then `inspect` and `rm -f` per container) against the same engine; one run each.\n\n")
+	b.WriteString("| N | hsbx calls | hsbx time | baseline calls | baseline time | speed-up | target (N = 50) |\n|---|---|---|---|---|---|---|\n")
+	for _, ns := range strings.Split(*scale, ",") {
+		var n int
+		fmt.Sscan(ns, &n)
+		makeOrphans(ctx, e, n, "hsbx")
+		res := must(ctx, e.env, e.hsbx("--log-level", "debug", "reap", "--max-age", "1s")...)
+		hcalls := strings.Count(string(res.Stderr), `msg="engine call"`)
+		if !strings.Contains(string(res.Stdout), fmt.Sprintf("reaped %d ", n)) {
+			fail("hsbx reap did not remove %d: %s", n, res.Stdout)
+		}
+		makeOrphans(ctx, e, n, "seeds")
+		start := time.Now()
+		bcalls, removed := seedsReap(ctx, e, time.Second)
+		bt := time.Since(start)
+		if removed != n {
+			fail("baseline removed %d of %d", removed, n)
+		}
+		speed := float64(bt) / float64(res.Elapsed)
+		target := ""
+		if n == 50 {
+			target = "≥ 5× — met"
+			if speed < 5 {
+				target = "≥ 5× — **missed**"
+			}
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %d | %s | %.1f× | %s |\n", n, hcalls, ms(res.Elapsed), bcalls, ms(bt), speed, target)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+func concurrency(ctx context.Context, e *engine) string {
+	const n = 16
+	var b strings.Builder
+	lat := make([]time.Duration, n)
+	outs := make([]string, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := must(ctx, e.env, e.hsbx("up", "--task", "conc")...)
+			lat[i], outs[i] = r.Elapsed, strings.TrimSpace(string(r.Stdout))
+		}()
+	}
+	wg.Wait()
+	ids := map[string]bool{}
+	for _, o := range outs {
+		ids[o] = true
+	}
+	cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: sandbox.Key{Profile: e.profile, Task: "conc"}.Filters()})
+	slices.Sort(lat)
+	fmt.Fprintf(&b, "Concurrency: %d simultaneous `hsbx up` for one new key: %d container(s), %d distinct id(s) reported; latency p50 %s, p100 %s.\n\n",
+		n, len(cs), len(ids), ms(lat[n/2]), ms(lat[n-1]))
+	id := outs[0]
+	wall := func(argv func() []string, env []string) (time.Duration, int) {
+		start := time.Now()
+		failed := 0
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if run(ctx, env, argv()...).ExitCode != 0 {
+					mu.Lock()
+					failed++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start), failed
+	}
+	hw, hf := wall(func() []string { return e.hsbx("exec", "--task", "conc", "--", "true") }, e.env)
+	rw, rf := wall(func() []string { return []string{e.bin, "exec", id, "true"} }, os.Environ())
+	fmt.Fprintf(&b, "%d simultaneous `exec -- true` on one sandbox: hsbx %s (%.1f/s, %d failed), raw `%s exec` %s (%.1f/s, %d failed); ratio %.3f.\n\n",
+		n, ms(hw), float64(n)/hw.Seconds(), hf, e.name, ms(rw), float64(n)/rw.Seconds(), rf, float64(hw)/float64(rw))
+	return b.String()
+}
+
+func footprint(ctx context.Context, e *engine) string {
+	var b strings.Builder
+	st, err := os.Stat(*hsbxBin)
+	if err != nil {
+		fail("%v", err)
+	}
+	var starts []time.Duration
+	for i := 0; i < 30; i++ {
+		starts = append(starts, must(ctx, e.env, *hsbxBin, "version").Elapsed)
+	}
+	var rss []int64
+	for i := 0; i < 5; i++ {
+		rss = append(rss, must(ctx, e.env, e.hsbx("exec", "--task", "warm", "--", "true")...).MaxRSSKB)
+	}
+	slices.Sort(rss)
+	fmt.Fprintf(&b, "## Footprint\n\n| | |\n|---|---|\n| binary size | %.1f MiB |\n| `hsbx version` start-up (median of 30) | %s |\n| peak RSS of `hsbx exec -- true` (median of 5) | %.1f MiB |\n\n",
+		float64(st.Size())/(1<<20), ms(median(starts)), float64(rss[len(rss)/2])/1024)
+	return b.String()
+}
+
+func cleanup(ctx context.Context, e *engine) {
+	_, _ = (&reaper.Sweeper{RT: e.rt}).Sweep(ctx, reaper.Options{Profile: e.profile, MaxAge: time.Millisecond, Now: time.Now()}, false)
+	cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hermes-profile=" + e.profile}})
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	_ = e.rt.Remove(ctx, true, ids...)
+}
