@@ -170,7 +170,9 @@ func pair(ctx context.Context, e *engine, n int, a, b func() time.Duration) (tim
 func warmExec(ctx context.Context, e *engine) row {
 	id := strings.TrimSpace(string(must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Stdout))
 	h, b := pair(ctx, e, *runs,
-		func() time.Duration { return must(ctx, e.env, e.hsbx("exec", "--task", "warm", "--", "true")...).Elapsed },
+		func() time.Duration {
+			return must(ctx, e.env, e.hsbx("exec", "--task", "warm", "--", "true")...).Elapsed
+		},
 		func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", id, "true").Elapsed })
 	return ratioRow("warm `exec -- true` vs `"+e.name+" exec ID true`", h, b, 1.05, "")
 }
