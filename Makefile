@@ -31,7 +31,7 @@ engines:
 
 lint:
 	$(GO) vet ./...
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@bad=$$($(GO) list -f '{{.ImportPath}}: {{join .Imports " "}}' ./... | grep -w 'os/exec' | grep -v '^github.com/hsbx/hsbx/internal/proc:'); \
 	  if [ -n "$$bad" ]; then echo "only internal/proc may import os/exec:"; echo "$$bad" | cut -d: -f1; exit 1; fi
