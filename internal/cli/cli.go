@@ -126,6 +126,7 @@ func (a *App) profile() string { return a.Cfg.String("profile") }
 func (a *App) detectOptions() detect.Options {
 	o := detect.Options{
 		Getenv:   a.Getenv,
+		LookPath: func(name string) (string, error) { return proc.LookPathIn(name, a.Getenv("PATH")) },
 		CacheDir: a.cacheDir(),
 		Engine:   enginecli.Options{Runner: a.Runner, Env: a.Env.Environ, Timeout: a.G.EngineTimeout},
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -36,6 +37,25 @@ func TestDoctorRealEngines(t *testing.T) {
 			}
 		})
 	}
+	t.Run("docker-shim-on-PATH", func(t *testing.T) {
+		shim := os.Getenv("HSBX_IT_DOCKER_SHIM")
+		if shim == "" {
+			if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+				t.Fatal("HSBX_IT_DOCKER_SHIM unset but HSBX_REQUIRE_ENGINES=1")
+			}
+			t.Skip("HSBX_IT_DOCKER_SHIM unset: run `make engines`")
+		}
+		// auto-detection finds `docker` first on PATH; it is podman in disguise
+		env := append(os.Environ(), "PATH="+filepath.Dir(shim)+":"+os.Getenv("PATH"), "HSBX_RUNTIME=", "XDG_CACHE_HOME="+t.TempDir())
+		code, out, errOut := runMain(t, env, "doctor", "--json")
+		var r doctorReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 {
+			t.Fatalf("exit %d %v: %s %s", code, err, out, errOut)
+		}
+		if r.Runtime != "podman" || r.Binary != shim || r.Source != "PATH" || !r.Reachable {
+			t.Errorf("report %+v, want podman from %s on PATH", r, shim)
+		}
+	})
 	t.Run("docker-down", func(t *testing.T) {
 		bin := os.Getenv("HSBX_IT_DOCKER")
 		if bin == "" {

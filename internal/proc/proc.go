@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -158,8 +159,27 @@ func (r *Runner) Run(ctx context.Context, c Cmd) (Result, error) {
 	return res, fmt.Errorf("%s: %w", Quote(c.Argv), err)
 }
 
-// LookPath finds a program on PATH (or checks a path) the way Run will.
+// LookPath finds a program on the process's PATH (or checks a path).
 func LookPath(name string) (string, error) { return exec.LookPath(name) }
+
+// LookPathIn finds a program on the given PATH value (a name with a slash
+// is checked as it is): the PATH of the environment a caller was handed,
+// not the process's.
+func LookPathIn(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return exec.LookPath(name)
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w", name, exec.ErrNotFound)
+}
 
 func (r *Runner) log(ctx context.Context, argv []string, res Result, err error) {
 	if r.Log == nil {
