@@ -58,13 +58,8 @@ type Verdict struct {
 func Judge(cs []runtime.Container, o Options, usage func(runtime.Container) Usage) []Verdict {
 	out := make([]Verdict, 0, len(cs))
 	for _, c := range cs {
-		v := Verdict{C: c, Age: -1, Profile: c.Labels[sandbox.LabelProfile], Task: c.Labels[sandbox.LabelTask]}
-		if p, ok := c.Labels[sandbox.LabelRawProfile]; ok {
-			v.Profile = p
-		}
-		if t, ok := c.Labels[sandbox.LabelRawTask]; ok {
-			v.Task = t
-		}
+		v := Verdict{C: c, Age: -1}
+		v.Profile, v.Task = sandbox.Owner(c.Labels)
 		v.Remove, v.Idle, v.Reason, v.Age = judge(c, v.Profile, o, usage)
 		out = append(out, v)
 	}
@@ -75,12 +70,8 @@ func judge(c runtime.Container, profile string, o Options, usage func(runtime.Co
 	if c.Labels[sandbox.LabelAgent] != "1" {
 		return false, false, "not an hsbx/Hermes sandbox (no hermes-agent=1 label)", -1
 	}
-	if !o.AllProfiles {
-		_, hasRaw := c.Labels[sandbox.LabelRawProfile]
-		sameProfile := profile == o.Profile || (!hasRaw && profile == sandbox.SanitizeLabel(o.Profile))
-		if !sameProfile {
-			return false, false, fmt.Sprintf("profile %q, not %q", profile, o.Profile), -1
-		}
+	if !o.AllProfiles && !sandbox.InProfile(c.Labels, o.Profile) {
+		return false, false, fmt.Sprintf("profile %q, not %q", profile, o.Profile), -1
 	}
 	since := func(t time.Time) time.Duration {
 		if t.IsZero() {

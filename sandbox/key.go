@@ -107,3 +107,27 @@ func namePart(s string, max int) string {
 func (k Key) Matches(labels map[string]string) bool {
 	return labels[LabelAgent] == "1" && labels[LabelKey] == k.Hash()
 }
+
+// Owner is the profile and task a sandbox's labels name: the raw names hsbx
+// records, or the sanitized Hermes labels for a sandbox the Hermes backend
+// made.
+func Owner(labels map[string]string) (profile, task string) {
+	profile, task = labels[LabelProfile], labels[LabelTask]
+	if p, ok := labels[LabelRawProfile]; ok {
+		profile = p
+	}
+	if t, ok := labels[LabelRawTask]; ok {
+		task = t
+	}
+	return profile, task
+}
+
+// InProfile reports whether labels put a sandbox in profile: by the raw
+// name when hsbx made it (so "a/b" and "a_b" stay apart), by the sanitized
+// label when the Hermes backend did.
+func InProfile(labels map[string]string, profile string) bool {
+	if raw, ok := labels[LabelRawProfile]; ok {
+		return raw == profile
+	}
+	return labels[LabelProfile] == SanitizeLabel(profile)
+}

@@ -51,17 +51,11 @@ func (m *Manager) List(ctx context.Context, profile string, all bool) ([]Listing
 		if c.Labels[LabelAgent] != "1" {
 			continue
 		}
-		l := Listing{ID: c.ID, Name: c.Name, State: c.State, Image: c.Image, Created: c.Created,
-			Profile: c.Labels[LabelProfile], Task: c.Labels[LabelTask]}
-		if p, ok := c.Labels[LabelRawProfile]; ok {
-			l.Profile = p
-		}
-		if t, ok := c.Labels[LabelRawTask]; ok {
-			l.Task = t
-		}
-		if !all && l.Profile != profile && !(c.Labels[LabelRawProfile] == "" && l.Profile == SanitizeLabel(profile)) {
+		if !all && !InProfile(c.Labels, profile) {
 			continue // another profile that sanitizes alike
 		}
+		l := Listing{ID: c.ID, Name: c.Name, State: c.State, Image: c.Image, Created: c.Created}
+		l.Profile, l.Task = Owner(c.Labels)
 		if !c.State.Alive() && !c.Finished.IsZero() {
 			f := c.Finished
 			l.Finished = &f
