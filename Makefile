@@ -12,6 +12,7 @@
 GO          ?= go
 ENGINES_DIR ?= /tmp/hsbx-engines
 FUZZTIME    ?= 60s
+BENCH_OUT   ?= BENCHMARKS.md
 # Sourced when present, so the tests reach the real engines.
 ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi
 
@@ -50,10 +51,10 @@ demo: build
 
 bench: build
 	@[ -f $(ENGINES_DIR)/env.sh ] || scripts/engines.sh $(ENGINES_DIR)
-	@. $(ENGINES_DIR)/env.sh; $(GO) run ./bench -hsbx bin/hsbx -out BENCHMARKS.md $(BENCHFLAGS)
+	@. $(ENGINES_DIR)/env.sh; $(GO) run ./bench -hsbx bin/hsbx -out $(BENCH_OUT) $(BENCHFLAGS)
 	@{ echo "## Go benchmarks (pure code, no engine)"; echo; echo '```'; \
 	  $(GO) test -run '^$$' -bench . -benchmem -benchtime 200x ./runtime/enginecli ./reaper | grep -E '^(Benchmark|cpu:)'; \
-	  echo '```'; } >> BENCHMARKS.md
+	  echo '```'; } >> $(BENCH_OUT)
 
 clean:
 	rm -rf bin
