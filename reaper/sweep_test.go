@@ -60,10 +60,12 @@ func TestSweepOnEveryEngine(t *testing.T) {
 				}
 			}
 			time.Sleep(1200 * time.Millisecond) // let the exited ones age past the 1s max age
+			recent := run("recent", ours, "true") // exits now: younger than the max age
+			time.Sleep(300 * time.Millisecond)
 
 			sw := &reaper.Sweeper{RT: rt}
 			calls.n.Store(0)
-			rep, err := sw.Sweep(ctx, reaper.Options{Profile: profile, MaxAge: time.Second, Now: time.Now()}, false)
+			rep, err := sw.Sweep(ctx, reaper.Options{Profile: profile, MaxAge: 1100 * time.Millisecond, Now: time.Now()}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +86,7 @@ func TestSweepOnEveryEngine(t *testing.T) {
 			if !gone[exited] {
 				t.Errorf("the exited orphan was not removed: %+v", rep)
 			}
-			for name, id := range map[string]string{"running": running, "other profile": otherProfile, "foreign": notOurs} {
+			for name, id := range map[string]string{"running": running, "recent": recent, "other profile": otherProfile, "foreign": notOurs} {
 				if cs, err := rt.Inspect(ctx, id); err != nil || len(cs) != 1 {
 					t.Errorf("%s container was touched: %v", name, err)
 				}

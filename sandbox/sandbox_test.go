@@ -123,6 +123,24 @@ func TestLifecycle(t *testing.T) {
 		if calls := e.log.all(); len(calls) != 1 {
 			t.Errorf("warm exec made %d engine calls: %v", len(calls), calls)
 		}
+		if !e.tg.Fake { // the fakes' shell has no background jobs
+			// Persist mode: a background process one "process" started
+			// survives its end (Close is a no-op) and the next one sees it.
+			if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 1234 >/dev/null 2>&1 &"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := sb.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			next := e.manager().Sandbox(e.key("life"), e.spec())
+			if res, err := next.Ensure(ctx); err != nil || res.Action != sandbox.Reused {
+				t.Fatalf("Ensure after Close: %+v %v", res, err)
+			}
+			var ps bytes.Buffer
+			if _, err := next.Exec(ctx, sandbox.Command{Argv: []string{"ps"}, Stdout: &ps}); err != nil || !strings.Contains(ps.String(), "sleep 1234") {
+				t.Errorf("the background process did not survive the session's end: %v\n%s", err, ps.String())
+			}
+		}
 		// Stop keeps it; Ensure starts the same container again.
 		if found, err := sb.Stop(ctx); !found || err != nil {
 			t.Fatalf("Stop: %v %v", found, err)

@@ -26,13 +26,16 @@ import (
 	"github.com/hsbx/hsbx/runtime/podman"
 )
 
-// KnownPaths are tried when nothing on PATH matches (Docker Desktop and
-// Homebrew installs are often missing from a non-login PATH).
-var KnownPaths = []string{
-	"/usr/local/bin/docker",
-	"/opt/homebrew/bin/docker",
-	"/Applications/Docker.app/Contents/Resources/bin/docker",
-	"/opt/podman/bin/podman",
+// KnownPaths returns the install locations tried when nothing on PATH
+// matches (Docker Desktop and Homebrew installs are often missing from a
+// non-login PATH).
+func KnownPaths() []string {
+	return []string{
+		"/usr/local/bin/docker",
+		"/opt/homebrew/bin/docker",
+		"/Applications/Docker.app/Contents/Resources/bin/docker",
+		"/opt/podman/bin/podman",
+	}
 }
 
 // Options say where to look and how to run the binary.
@@ -47,7 +50,7 @@ type Options struct {
 	Getenv func(string) string
 	// LookPath resolves a name on PATH; defaults to proc.LookPath.
 	LookPath func(string) (string, error)
-	// Known overrides KnownPaths (tests).
+	// Known replaces KnownPaths() (nil: the defaults).
 	Known []string
 	// CacheDir holds the dialect cache; "" disables caching.
 	CacheDir string
@@ -95,7 +98,7 @@ func Find(ctx context.Context, o Options) (Found, error) {
 		o.Getenv = func(string) string { return "" }
 	}
 	if o.Known == nil {
-		o.Known = KnownPaths
+		o.Known = KnownPaths()
 	}
 	f, err := locate(o)
 	if err != nil {
