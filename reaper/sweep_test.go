@@ -59,7 +59,7 @@ func TestSweepOnEveryEngine(t *testing.T) {
 					t.Fatal("run with an unknown user succeeded")
 				}
 			}
-			time.Sleep(1200 * time.Millisecond) // let the exited ones age past the 1s max age
+			time.Sleep(1200 * time.Millisecond)   // let the exited ones age past the 1s max age
 			recent := run("recent", ours, "true") // exits now: younger than the max age
 			time.Sleep(300 * time.Millisecond)
 
