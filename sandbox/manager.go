@@ -200,24 +200,32 @@ func (s *Sandbox) ensure(ctx context.Context) (Result, error) {
 		}
 		lastErr = err
 	}
+	next := winner(lastErr) // the clash already inspected it: no need to list
 	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			if time.Now().After(deadline) {
-				return Result{}, fmt.Errorf("could not bring up sandbox %s: %w", s.name, lastErr)
+		var c runtime.Container
+		ok := next != nil
+		if ok {
+			c, next = *next, nil
+		} else {
+			if attempt > 0 {
+				if time.Now().After(deadline) {
+					return Result{}, fmt.Errorf("could not bring up sandbox %s: %w", s.name, lastErr)
+				}
+				if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+					return Result{}, err
+				}
 			}
-			if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-				return Result{}, err
+			cs, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
+			if err != nil {
+				return Result{}, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
 			}
+			c, ok = pick(s.key, cs)
 		}
-		cs, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
-		if err != nil {
-			return Result{}, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
-		}
-		c, ok := pick(s.key, cs)
 		if !ok {
 			id, err := s.create(ctx, s.name)
 			if errors.Is(err, runtime.ErrNameInUse) {
 				lastErr = err
+				next = winner(err)
 				continue // another process is creating it: attach to theirs
 			}
 			if err != nil {
@@ -385,7 +393,26 @@ func (s *Sandbox) checkNameOwner(ctx context.Context, name string, inUse error) 
 	if !s.key.Matches(cs[0].Labels) {
 		return fmt.Errorf("%w: %s (id %.12s) has no hsbx.key=%s label; remove or rename it", ErrForeignName, name, cs[0].ID, s.key.Hash())
 	}
-	return inUse
+	return &nameTaken{c: cs[0], err: inUse}
+}
+
+// nameTaken is a lost creation race with the winner already inspected, so
+// Ensure can act on it without listing again.
+type nameTaken struct {
+	c   runtime.Container
+	err error
+}
+
+func (e *nameTaken) Error() string { return e.err.Error() }
+func (e *nameTaken) Unwrap() error { return e.err }
+
+// winner returns the container a lost creation race found, if any.
+func winner(err error) *runtime.Container {
+	var nt *nameTaken
+	if errors.As(err, &nt) {
+		return &nt.c
+	}
+	return nil
 }
 
 func noNetworkWarning(h Host) string {
