@@ -2,14 +2,13 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/cachefile"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -30,14 +29,8 @@ func (m *Manager) hostFacts(ctx context.Context) (Host, error) {
 	if m.host != nil {
 		return *m.host, nil
 	}
-	key := m.hostCacheKey()
 	if m.c.CacheDir != "" {
-		file := filepath.Join(m.c.CacheDir, "engines.json")
-		cache := map[string]cachedHost{}
-		if b, err := os.ReadFile(file); err == nil {
-			_ = json.Unmarshal(b, &cache)
-		}
-		if c, ok := cache[key]; ok && time.Since(c.At) < hostFactsTTL && time.Since(c.At) >= 0 {
+		if c, ok := cachefile.Get[cachedHost](m.hostCacheFile(), m.hostCacheKey()); ok && time.Since(c.At) < hostFactsTTL && time.Since(c.At) >= 0 {
 			c.Host.UID, c.Host.GID = m.c.UID, m.c.GID
 			m.host = &c.Host
 			return c.Host, nil
@@ -64,22 +57,12 @@ func (m *Manager) hostFacts(ctx context.Context) (Host, error) {
 
 // saveHost records the facts in the cache file (best effort).
 func (m *Manager) saveHost(h Host) {
-	if m.c.CacheDir == "" {
-		return
-	}
-	file := filepath.Join(m.c.CacheDir, "engines.json")
-	cache := map[string]cachedHost{}
-	if b, err := os.ReadFile(file); err == nil {
-		_ = json.Unmarshal(b, &cache)
-	}
-	cache[m.hostCacheKey()] = cachedHost{Host: h, At: time.Now()}
-	if b, err := json.Marshal(cache); err == nil && os.MkdirAll(m.c.CacheDir, 0o700) == nil {
-		tmp := fmt.Sprintf("%s.%d", file, os.Getpid())
-		if os.WriteFile(tmp, b, 0o600) == nil {
-			_ = os.Rename(tmp, file)
-		}
+	if m.c.CacheDir != "" {
+		cachefile.Put(m.hostCacheFile(), m.hostCacheKey(), cachedHost{Host: h, At: time.Now()})
 	}
 }
+
+func (m *Manager) hostCacheFile() string { return filepath.Join(m.c.CacheDir, "engines.json") }
 
 // markNoNetwork remembers that networked sandboxes cannot start here.
 func (m *Manager) markNoNetwork() {

@@ -11,7 +11,6 @@ package detect
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/cachefile"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/docker"
@@ -174,7 +174,7 @@ func executable(p string) bool {
 func identify(ctx context.Context, o Options, path string) (runtime.Dialect, string, error) {
 	key, keyErr := cacheKey(path)
 	if keyErr == nil && o.CacheDir != "" && !o.Fresh {
-		if d, ok := readCache(o.CacheDir)[key]; ok {
+		if d, ok := cachefile.Get[runtime.Dialect](filepath.Join(o.CacheDir, cacheFile), key); ok {
 			return d, "", nil
 		}
 	}
@@ -196,7 +196,7 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 		return "", line, fmt.Errorf("%w: `%s --version` printed %q (exit %d); expected docker or podman", runtime.ErrUnsupported, path, line, res.ExitCode)
 	}
 	if keyErr == nil && o.CacheDir != "" {
-		writeCache(o.CacheDir, key, d)
+		cachefile.Put(filepath.Join(o.CacheDir, cacheFile), key, d) // a failed write costs a --version next time
 	}
 	return d, line, nil
 }
@@ -222,32 +222,5 @@ func cacheKey(path string) (string, error) {
 	return fmt.Sprintf("%s|%d|%d", path, st.Size(), st.ModTime().UnixNano()), nil
 }
 
+// cacheFile holds the dialect verdicts, by cacheKey.
 const cacheFile = "dialects.json"
-
-func readCache(dir string) map[string]runtime.Dialect {
-	m := map[string]runtime.Dialect{}
-	b, err := os.ReadFile(filepath.Join(dir, cacheFile))
-	if err == nil {
-		_ = json.Unmarshal(b, &m) // a corrupt cache is an empty one
-	}
-	return m
-}
-
-// writeCache records a verdict; failures only cost a --version call next time.
-func writeCache(dir, key string, d runtime.Dialect) {
-	m := readCache(dir)
-	m[key] = d
-	b, err := json.Marshal(m)
-	if err != nil || os.MkdirAll(dir, 0o700) != nil {
-		return
-	}
-	tmp, err := os.CreateTemp(dir, cacheFile+".*")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(b)
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil || os.Rename(tmp.Name(), filepath.Join(dir, cacheFile)) != nil {
-		os.Remove(tmp.Name())
-	}
-}
