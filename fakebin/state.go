@@ -79,32 +79,28 @@ func (s store) lock(exclusive bool) (func(), error) {
 // update locks the state, lets fn change it and writes it back (not when
 // fn fails).
 func (s store) update(fn func(*State) error) error {
-	unlock, err := s.lock(true)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	st, err := s.read()
-	if err != nil {
-		return err
-	}
-	if err := fn(st); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(st, "", " ")
-	if err != nil {
-		return err
-	}
-	tmp := s.path("state.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, s.path("state.json"))
+	return s.with(true, func(st *State) error {
+		if err := fn(st); err != nil {
+			return err
+		}
+		b, err := json.MarshalIndent(st, "", " ")
+		if err != nil {
+			return err
+		}
+		tmp := s.path("state.json.tmp")
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return err
+		}
+		return os.Rename(tmp, s.path("state.json"))
+	})
 }
 
 // view reads the state under a shared lock.
-func (s store) view(fn func(*State) error) error {
-	unlock, err := s.lock(false)
+func (s store) view(fn func(*State) error) error { return s.with(false, fn) }
+
+// with runs fn on the state read under the lock.
+func (s store) with(exclusive bool, fn func(*State) error) error {
+	unlock, err := s.lock(exclusive)
 	if err != nil {
 		return err
 	}
