@@ -10,5 +10,6 @@ require (
 require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	golang.org/x/sys v0.26.0 // indirect
+	golang.org/x/term v0.25.0 // indirect
 	golang.org/x/tools v0.26.0 // indirect
 )

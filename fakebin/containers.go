@@ -2,6 +2,8 @@ package fakebin
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -405,7 +407,8 @@ func (f *fake) inspectObject(c *Container) map[string]any {
 		},
 		"Image": strings.Repeat("9c", 32), "Name": name,
 		"Config":     map[string]any{"Image": image, "Labels": labels, "Env": c.Env, "Cmd": c.Cmd, "WorkingDir": c.WorkDir, "User": c.User},
-		"HostConfig": map[string]any{"Init": c.Init},
+		"HostConfig": map[string]any{"Init": c.Init, "NetworkMode": networkMode(c, f.dialect)},
+		"ExecIDs":    f.execIDs(c),
 	}
 	if f.dialect == "podman" {
 		o["ImageName"] = image
@@ -435,4 +438,78 @@ func (f *fake) finishedAt(c *Container) string {
 		return v
 	}
 	return rfc(c.FinishedAt)
+}
+
+// networkMode is HostConfig.NetworkMode: the --network the container was
+// run with, else the engine's default (docker "default", podman "bridge";
+// measured).
+func networkMode(c *Container, dialect string) string {
+	p, _ := runFlags.parse(c.RunArgs)
+	if m := p.last("--network", "--net"); m != "" {
+		return m
+	}
+	if dialect == "podman" {
+		return "bridge"
+	}
+	return "default"
+}
+
+// execIDs lists the container's live exec sessions: docker prints null,
+// podman [] when there are none (measured).
+func (f *fake) execIDs(c *Container) any {
+	var ids []string
+	for key, e := range c.Execs {
+		if alive(e.Pid) {
+			ids = append(ids, fmt.Sprintf("%064x", len(key)*7919+e.Pid))
+		}
+	}
+	if len(ids) == 0 && f.dialect == "docker" {
+		return nil
+	}
+	if ids == nil {
+		ids = []string{}
+	}
+	return ids
+}
+
+// imageInspect is `image inspect REF`: the images the fake has, with the
+// entrypoint FAKEENGINE_IMAGE_ENTRYPOINT gives ("IMAGE=/init,..."; null
+// otherwise, as for the busybox images).
+func (f *fake) imageInspect(args []string) int {
+	p, bad := inspectFlags.parse(args)
+	if bad != "" || len(p.pos) == 0 {
+		return f.flagError(bad)
+	}
+	var objs []any
+	status := 0
+	for _, ref := range p.pos {
+		if !f.haveImage(ref) {
+			if f.dialect == "podman" {
+				fmt.Fprintf(f.stderr, "Error: inspecting object: %s: image not known\n", ref)
+				status = 125
+			} else {
+				fmt.Fprintf(f.stderr, "Error: No such image: %s\n", ref)
+				status = 1
+			}
+			continue
+		}
+		var ep any
+		for _, kv := range strings.Split(f.env["FAKEENGINE_IMAGE_ENTRYPOINT"], ",") {
+			if img, e, ok := strings.Cut(kv, "="); ok && normImage(img) == normImage(ref) {
+				ep = []string{e}
+			}
+		}
+		sum := sha256.Sum256([]byte(normImage(ref)))
+		id := hex.EncodeToString(sum[:])
+		if f.dialect == "docker" {
+			id = "sha256:" + id
+		}
+		objs = append(objs, map[string]any{"Id": id, "Config": map[string]any{"Entrypoint": ep, "Cmd": nil}})
+	}
+	if objs == nil {
+		objs = []any{}
+	}
+	b, _ := json.MarshalIndent(objs, "", "    ")
+	fmt.Fprintln(f.stdout, string(b))
+	return status
 }

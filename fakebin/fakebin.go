@@ -84,6 +84,9 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 		return f.usage("missing command")
 	}
 	sub, rest := args[0], args[1:]
+	if sub == "image" && len(rest) > 0 && rest[0] == "inspect" {
+		sub, rest = "image-inspect", rest[1:]
+	}
 	if sub == "container" && len(rest) > 0 {
 		sub, rest = rest[0], rest[1:]
 		if sub == "ls" || sub == "list" {
@@ -128,6 +131,8 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 		return f.pause(rest, sub == "pause")
 	case "exec":
 		return f.exec(rest)
+	case "image-inspect":
+		return f.imageInspect(rest)
 	}
 	return f.usage(fmt.Sprintf("unknown command %q for %q", sub, f.name))
 }

@@ -25,7 +25,11 @@ func MaxAge(lifetime time.Duration) time.Duration {
 
 // Options say what a sweep may reclaim.
 type Options struct {
-	Profile     string
+	Profile string
+	// Shared, when set, is the shared container key (Hermes's
+	// docker_shared_container_key) whose sandboxes the sweep owns instead
+	// of the profile's.
+	Shared      string
 	AllProfiles bool
 	// MaxAge: exited, never-started and dead sandboxes older than this go.
 	MaxAge time.Duration
@@ -70,7 +74,7 @@ func judge(c runtime.Container, profile string, o Options, usage func(runtime.Co
 	if c.Labels[sandbox.LabelAgent] != "1" {
 		return false, false, "not an hsbx/Hermes sandbox (no hermes-agent=1 label)", -1
 	}
-	if !o.AllProfiles && !sandbox.InProfile(c.Labels, o.Profile) {
+	if scope := (sandbox.Scope{Profile: o.Profile, Shared: o.Shared}); !o.AllProfiles && !scope.Contains(c.Labels) {
 		return false, false, fmt.Sprintf("profile %q, not %q", profile, o.Profile), -1
 	}
 	since := func(t time.Time) time.Duration {
@@ -103,6 +107,10 @@ func judge(c runtime.Container, profile string, o Options, usage func(runtime.Co
 	case runtime.StateRunning:
 		if o.Idle <= 0 || c.Labels[sandbox.LabelKey] == "" || c.Labels[sandbox.LabelEphemeral] == "1" {
 			return false, false, "running", -1
+		}
+		if len(c.ExecIDs) > 0 {
+			// The engine's truth, whichever host started the command.
+			return false, false, fmt.Sprintf("running, in use: %d live exec session(s)", len(c.ExecIDs)), -1
 		}
 		last := usage(c).LastUse
 		if last.IsZero() {

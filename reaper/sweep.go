@@ -70,7 +70,7 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 	}
 	filters := []string{sandbox.LabelAgent + "=1"}
 	if !o.AllProfiles {
-		filters = append(filters, sandbox.LabelProfile+"="+sandbox.SanitizeLabel(o.Profile))
+		filters = append(filters, sandbox.LabelProfile+"="+sandbox.Scope{Profile: o.Profile, Shared: o.Shared}.HermesProfile())
 	}
 	listed, err := s.RT.List(ctx, runtime.ListOptions{Labels: filters})
 	if err != nil {
@@ -108,23 +108,11 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 		return rep, nil
 	}
 
-	// Idle sandboxes: only with every user gone (the in-use lock free),
-	// held until removal so no new command starts in between; stopped first.
+	doomed, release := s.stopIdle(ctx, doomed, &rep)
+	defer release()
 	var rmIDs []string
 	var toRemove []Verdict
 	for _, v := range doomed {
-		if v.Idle {
-			release, ok := sandbox.LockIdle(s.StateDir, v.C.Labels[sandbox.LabelKey])
-			if !ok {
-				rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: "running, in use by a live hsbx process"})
-				continue
-			}
-			defer release()
-			if err := s.RT.Stop(ctx, v.C.ID, s.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				rep.Errors = append(rep.Errors, Failure{ID: v.C.ID, Error: fmt.Sprintf("stopping idle sandbox: %v", err)})
-				continue
-			}
-		}
 		rmIDs = append(rmIDs, v.C.ID)
 		toRemove = append(toRemove, v)
 	}
@@ -168,6 +156,68 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 		s.log().Info("reaped sandbox", "id", v.C.ID, "task", v.Task, "profile", v.Profile, "reason", v.Reason)
 	}
 	return rep, nil
+}
+
+// stopIdle stops the idle sandboxes among doomed and returns those to
+// remove. An idle sandbox goes only with every user gone: no live hsbx
+// process on this host (the in-use lock, held until the sweep ends so no
+// new command starts in between) and no live exec session on any host
+// (checked from the engine once more, right before the stop).
+func (s *Sweeper) stopIdle(ctx context.Context, doomed []Verdict, rep *Report) ([]Verdict, func()) {
+	var out, idle []Verdict
+	var releases []func()
+	releaseAll := func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for _, v := range doomed {
+		if !v.Idle {
+			out = append(out, v)
+			continue
+		}
+		release, ok := sandbox.LockIdle(s.StateDir, v.C.Labels[sandbox.LabelKey])
+		if !ok {
+			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: "running, in use by a live hsbx process"})
+			continue
+		}
+		releases = append(releases, release)
+		idle = append(idle, v)
+	}
+	if len(idle) == 0 {
+		return out, releaseAll
+	}
+	ids := make([]string, len(idle))
+	for i, v := range idle {
+		ids[i] = v.C.ID
+	}
+	now, err := s.RT.Inspect(ctx, ids...)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		for _, v := range idle {
+			rep.Errors = append(rep.Errors, Failure{ID: v.C.ID, Error: fmt.Sprintf("re-checking idle sandbox: %v", err)})
+		}
+		return out, releaseAll
+	}
+	busy := map[string]int{}
+	for _, c := range now {
+		busy[c.ID] = len(c.ExecIDs)
+	}
+	for _, v := range idle {
+		if n, there := busy[v.C.ID]; !there || n > 0 {
+			reason := "gone meanwhile"
+			if there {
+				reason = fmt.Sprintf("running, in use: %d live exec session(s)", n)
+			}
+			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: reason})
+			continue
+		}
+		if err := s.RT.Stop(ctx, v.C.ID, s.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			rep.Errors = append(rep.Errors, Failure{ID: v.C.ID, Error: fmt.Sprintf("stopping idle sandbox: %v", err)})
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, releaseAll
 }
 
 // inspect inspects all ids in one call; where that call fails as a whole

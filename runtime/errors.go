@@ -24,6 +24,9 @@ var (
 	ErrNotRunning = errors.New("container is not running")
 	// ErrPaused: the container is paused.
 	ErrPaused = errors.New("container is paused")
+	// ErrNetworkSetup: the engine could not set up the container's network
+	// (rootless without /dev/net/tun: slirp4netns or pasta failed).
+	ErrNetworkSetup = errors.New("container network setup failed")
 	// ErrImageNotFound: the image is not present and cannot be pulled.
 	ErrImageNotFound = errors.New("image not found")
 	// ErrTimeout: the engine CLI did not answer in time and was killed.
@@ -41,6 +44,11 @@ type EngineError struct {
 	Argv     []string
 	ExitCode int
 	Stderr   string
+	// Held is, for exec, the start of the command's stderr that was held
+	// back from the caller's writer because it looked like the engine's own
+	// message. When the caller learns the status was the command's (the
+	// container is running), it delivers Held unchanged.
+	Held []byte
 }
 
 // Error names the engine subcommand and gives the engine's own message; the

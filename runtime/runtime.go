@@ -58,6 +58,15 @@ type Container struct {
 	Created  time.Time         `json:"created"`
 	Started  time.Time         `json:"started"`
 	Finished time.Time         `json:"finished"`
+	// ExecIDs are the container's live exec sessions (inspect only: nil
+	// from List). Both engines list an attached exec while it runs and drop
+	// it when it ends (measured on docker 20.10 and podman 4.3), so a
+	// non-empty list means a command is running in it right now — on any
+	// host that shares the engine.
+	ExecIDs []string `json:"exec_ids,omitempty"`
+	// NetworkMode is HostConfig.NetworkMode ("none", "bridge", ...; inspect
+	// only: "" from List).
+	NetworkMode string `json:"network_mode,omitempty"`
 }
 
 // ListOptions selects containers for Runtime.List. All filters must match.
@@ -98,6 +107,16 @@ type ExecSpec struct {
 	Stdin       io.Reader
 	Stdout      io.Writer
 	Stderr      io.Writer
+	// Timeout bounds the whole exec (the client is killed after it); 0
+	// means only the context bounds it. Commands may run for hours, so
+	// callers set it only for short housekeeping execs.
+	Timeout time.Duration
+}
+
+// Image is what hsbx reads from `image inspect`.
+type Image struct {
+	ID         string   `json:"id"`
+	Entrypoint []string `json:"entrypoint"`
 }
 
 // Version is what `<engine> version` reports.
@@ -124,6 +143,9 @@ type Runtime interface {
 	Dialect() Dialect
 	// Binary is the path of the engine CLI.
 	Binary() string
+	// CallTimeout bounds every engine call except exec and run (run gets
+	// four times as long: it may pull an image).
+	CallTimeout() time.Duration
 	// List returns all containers (running or not) matching opts.
 	List(ctx context.Context, opts ListOptions) ([]Container, error)
 	// Inspect returns the containers among ids that exist, in one engine
@@ -147,6 +169,9 @@ type Runtime interface {
 	// returns the command's exit code. An error means the engine failed,
 	// not the command.
 	Exec(ctx context.Context, spec ExecSpec) (int, error)
+	// InspectImage reports a local image's id and entrypoint; it fails
+	// with ErrImageNotFound when the image is not present.
+	InspectImage(ctx context.Context, ref string) (Image, error)
 	// Version reports client and server versions.
 	Version(ctx context.Context) (Version, error)
 	// Info reports the engine's host facts; it fails with ErrUnreachable

@@ -85,3 +85,46 @@ func (m *Manager) hostCacheKey() string {
 	}
 	return strings.Join(parts, "|")
 }
+
+// s6Entrypoints are the entrypoints of s6-overlay images, which run their
+// own init as PID 1 (the Hermes backend's list).
+var s6Entrypoints = map[string]bool{"/init": true, "/package/admin/s6-overlay/command/init": true}
+
+type cachedImage struct {
+	ID     string    `json:"id"`
+	S6Init bool      `json:"s6_init"`
+	At     time.Time `json:"at"`
+}
+
+// imageInit reports whether image brings its own init (s6-overlay), from
+// its entrypoint: one `image inspect`, cached per engine endpoint and image
+// reference for an hour, so only the first create of an image pays for it.
+// Any failure (the image is not pulled yet) keeps the hardened default.
+func (m *Manager) imageInit(ctx context.Context, image string) bool {
+	key := m.hostCacheKey() + "|" + image
+	file := filepath.Join(m.c.CacheDir, "images.json")
+	if m.c.CacheDir != "" {
+		if c, ok := cachefile.Get[cachedImage](file, key); ok && time.Since(c.At) < hostFactsTTL && time.Since(c.At) >= 0 {
+			return c.S6Init
+		}
+	}
+	img, err := m.c.Runtime.InspectImage(ctx, image)
+	if err != nil {
+		m.log.Debug("image not inspectable; assuming it has no init of its own", "image", image, "error", err)
+		return false
+	}
+	s6 := len(img.Entrypoint) > 0 && s6Entrypoints[strings.TrimSpace(img.Entrypoint[0])]
+	if s6 {
+		m.log.Info("image runs s6-overlay's /init: no --init, /run mounted exec", "image", image)
+	}
+	if m.c.CacheDir != "" {
+		cachefile.Put(file, key, cachedImage{ID: img.ID, S6Init: s6, At: time.Now()})
+	}
+	return s6
+}
+
+// checkClientVar refuses a command env value that would steer the engine
+// client (see steersClient).
+func (m *Manager) checkClientVar(k, v string) error {
+	return clientVarError("env", k, v, m.getenv)
+}

@@ -34,10 +34,10 @@ func TestKeysNeverCollide(t *testing.T) {
 	long1 := strings.Repeat("t", 63) + "-one-" + strings.Repeat("x", 32)
 	long2 := strings.Repeat("t", 63) + "-two-" + strings.Repeat("x", 32)
 	pairs := [][2]Key{
-		{{"default", "a/b"}, {"default", "a_b"}},
-		{{"default", long1}, {"default", long2}},
-		{{"a", "b\x00c"}, {"a\x00b", "c"}},
-		{{"p", ""}, {"p", "unknown"}},
+		{{Profile: "default", Task: "a/b"}, {Profile: "default", Task: "a_b"}},
+		{{Profile: "default", Task: long1}, {Profile: "default", Task: long2}},
+		{{Profile: "a", Task: "b\x00c"}, {Profile: "a\x00b", Task: "c"}},
+		{{Profile: "p", Task: ""}, {Profile: "p", Task: "unknown"}},
 	}
 	for _, p := range pairs {
 		a, b := p[0], p[1]
@@ -54,7 +54,7 @@ func TestKeysNeverCollide(t *testing.T) {
 }
 
 func TestNameIsAValidContainerName(t *testing.T) {
-	for _, k := range []Key{{"default", "default"}, {"", ""}, {"😀", "///"}, {strings.Repeat("p", 200), strings.Repeat("t", 200)}, {"-x-", ".y."}} {
+	for _, k := range []Key{{Profile: "default", Task: "default"}, {Profile: "", Task: ""}, {Profile: "😀", Task: "///"}, {Profile: strings.Repeat("p", 200), Task: strings.Repeat("t", 200)}, {Profile: "-x-", Task: ".y."}} {
 		n := k.Name()
 		if !nameRE.MatchString(n) {
 			t.Errorf("Name(%q) = %q is not a valid container name", k, n)
@@ -63,20 +63,20 @@ func TestNameIsAValidContainerName(t *testing.T) {
 			t.Errorf("Name is not deterministic")
 		}
 	}
-	if got := (Key{"default", "my task"}).Name(); !strings.HasPrefix(got, "hsbx-default-my_task-") {
+	if got := (Key{Profile: "default", Task: "my task"}).Name(); !strings.HasPrefix(got, "hsbx-default-my_task-") {
 		t.Errorf("Name = %q", got)
 	}
 }
 
 func TestHermesLabels(t *testing.T) {
-	l := Key{"research-bot", "task/1"}.Labels()
+	l := Key{Profile: "research-bot", Task: "task/1"}.Labels()
 	if l["hermes-agent"] != "1" || l["hermes-task-id"] != "task_1" || l["hermes-profile"] != "research-bot" {
 		t.Errorf("labels %v", l)
 	}
 	if l[LabelRawTask] != "task/1" {
 		t.Errorf("raw task label %q", l[LabelRawTask])
 	}
-	if (Key{"x", "y"}).Matches(map[string]string{"hermes-agent": "1", "hermes-task-id": "y", "hermes-profile": "x"}) {
+	if (Key{Profile: "x", Task: "y"}).Matches(map[string]string{"hermes-agent": "1", "hermes-task-id": "y", "hermes-profile": "x"}) {
 		t.Errorf("a Hermes-made container (no hsbx.key) must not match")
 	}
 }

@@ -22,14 +22,14 @@ type Listing struct {
 	Finished *time.Time    `json:"finished"` // nil unless it has exited
 }
 
-// List returns the sandboxes of profile (of every profile when all is
+// List returns the sandboxes of the scope (of every profile when all is
 // set), including those the Hermes backend made, newest first. Two engine
 // calls: a filtered ps, then one inspect of all matches for exact labels
 // and times.
-func (m *Manager) List(ctx context.Context, profile string, all bool) ([]Listing, error) {
+func (m *Manager) List(ctx context.Context, scope Scope, all bool) ([]Listing, error) {
 	filters := []string{LabelAgent + "=1"}
 	if !all {
-		filters = append(filters, LabelProfile+"="+SanitizeLabel(profile))
+		filters = append(filters, LabelProfile+"="+scope.HermesProfile())
 	}
 	cs, err := m.c.Runtime.List(ctx, runtime.ListOptions{Labels: filters})
 	if err != nil {
@@ -51,7 +51,7 @@ func (m *Manager) List(ctx context.Context, profile string, all bool) ([]Listing
 		if c.Labels[LabelAgent] != "1" {
 			continue
 		}
-		if !all && !InProfile(c.Labels, profile) {
+		if !all && !scope.Contains(c.Labels) {
 			continue // another profile that sanitizes alike
 		}
 		l := Listing{ID: c.ID, Name: c.Name, State: c.State, Image: c.Image, Created: c.Created}

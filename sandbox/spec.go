@@ -34,6 +34,20 @@ type Spec struct {
 	Persistent             bool // bind-mounted /workspace and /root per key (else tmpfs)
 	PersistAcrossProcesses bool // one shared sandbox per key (else one per process)
 
+	// SandboxDir, when set, holds the persistent dirs in the Hermes
+	// backend's layout (TERMINAL_SANDBOX_DIR: <dir>/docker/<task>/{home,
+	// workspace}), so hsbx and Hermes see the same files for a task.
+	// Empty: hsbx's own layout under its state dir.
+	SandboxDir string
+	// SnapCompat drops --init and no-new-privileges, which snap-packaged
+	// Docker's AppArmor profile turns into exec failures (Hermes's
+	// docker_snap_compat). It weakens the sandbox; hsbx warns when it is on.
+	SnapCompat bool
+	// ImageInit says the image brings its own init as PID 1 (s6-overlay's
+	// /init): no --init, and /run mounted exec (s6 execs from it). hsbx
+	// sets it from the image's entrypoint when it creates a sandbox.
+	ImageInit bool
+
 	// Explicit holds the names of settings the user chose ("cpu", "memory",
 	// "pids_limit", "network", "disk", "cwd", ...).
 	Explicit map[string]bool
@@ -73,13 +87,13 @@ type Mounts struct {
 	CallerCwd       string // the caller's directory (Spec.MountCwdToWorkspace)
 }
 
-// ErrBadSpec marks a setting that is malformed or cannot be applied.
-type ErrBadSpec struct {
+// SpecError marks a setting that is malformed or cannot be applied.
+type SpecError struct {
 	Setting string
 	Msg     string
 }
 
-func (e *ErrBadSpec) Error() string { return e.Setting + ": " + e.Msg }
+func (e *SpecError) Error() string { return e.Setting + ": " + e.Msg }
 
 // validEnvName reports whether s is a shell variable name.
 func validEnvName(s string) bool {
@@ -105,23 +119,66 @@ func validSize(s string) bool {
 	return digits != ""
 }
 
-// clientVars steer the engine client itself: a sandbox env value for one of
-// them would travel in the client's environment and redirect the client.
-var clientVars = map[string]bool{
-	"DOCKER_HOST": true, "DOCKER_CONTEXT": true, "DOCKER_CONFIG": true, "DOCKER_CERT_PATH": true,
-	"DOCKER_TLS_VERIFY": true, "DOCKER_API_VERSION": true, "CONTAINER_HOST": true, "CONTAINER_CONNECTION": true,
-	"CONTAINER_SSHKEY": true, "CONTAINERS_CONF": true, "CONTAINERS_STORAGE_CONF": true,
-	"CONTAINERS_REGISTRIES_CONF": true, "PATH": true, "HOME": true, "XDG_RUNTIME_DIR": true,
-	"XDG_CONFIG_HOME": true, "XDG_DATA_HOME": true, "TMPDIR": true,
+// Sandbox env values travel in the engine client's environment (name-only
+// "-e NAME" on argv), so a value for a variable the client itself reads
+// would steer the client: where it connects, which binary or library it
+// loads, which certificates it trusts. steersClient names them: exact names
+// and prefixes of the docker and podman clients, the Go runtime and the
+// dynamic loader.
+var clientVarNames = map[string]bool{
+	"PATH": true, "HOME": true, "TMPDIR": true, "USER": true, "XDG_RUNTIME_DIR": true, "XDG_CONFIG_HOME": true,
+	"XDG_DATA_HOME": true, "XDG_CACHE_HOME": true, "XDG_STATE_HOME": true, "SSL_CERT_FILE": true, "SSL_CERT_DIR": true,
+	"GODEBUG": true, "GOTRACEBACK": true, "GOMAXPROCS": true, "GOGC": true, "GOMEMLIMIT": true,
+	"DBUS_SESSION_BUS_ADDRESS": true, "NOTIFY_SOCKET": true, "REGISTRY_AUTH_FILE": true,
+}
+
+var clientVarPrefixes = []string{"DOCKER_", "CONTAINER_", "CONTAINERS_", "_CONTAINERS_", "PODMAN_", "BUILDAH_", "STORAGE_", "LD_", "SSH_"}
+
+// proxyVars steer the client only when it talks to its engine over a
+// network (tcp:// or ssh:// endpoint, or a context hsbx cannot see into).
+var proxyVars = map[string]bool{"HTTP_PROXY": true, "HTTPS_PROXY": true, "ALL_PROXY": true, "NO_PROXY": true,
+	"http_proxy": true, "https_proxy": true, "all_proxy": true, "no_proxy": true}
+
+func steersClient(name string, getenv func(string) (string, bool)) bool {
+	if clientVarNames[name] {
+		return true
+	}
+	for _, p := range clientVarPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	if proxyVars[name] {
+		for _, ep := range []string{"DOCKER_HOST", "CONTAINER_HOST"} {
+			if v, _ := getenv(ep); v != "" && !strings.HasPrefix(v, "unix://") && !strings.HasPrefix(v, "npipe://") {
+				return true
+			}
+		}
+		for _, ctx := range []string{"DOCKER_CONTEXT", "CONTAINER_CONNECTION"} {
+			if v, _ := getenv(ctx); v != "" && v != "default" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// clientVarError refuses a sandbox value for a variable that steers the
+// engine client, unless it equals what the client already has.
+func clientVarError(setting, k, v string, getenv func(string) (string, bool)) error {
+	if cur, ok := getenv(k); !steersClient(k, getenv) || (ok && cur == v) {
+		return nil
+	}
+	return &SpecError{setting, fmt.Sprintf("%s is read by the engine client itself, and hsbx passes sandbox values through the client's environment (never on a command line), so it cannot give the sandbox a different %s; set it inside the command instead (for values that are not secret: -- env %s=... CMD)", k, k, k)}
 }
 
 // Validate checks the settings that need no engine to judge.
 func (s Spec) Validate() error {
 	if strings.TrimSpace(s.Image) == "" {
-		return &ErrBadSpec{"image", "empty; set an image reference"}
+		return &SpecError{"image", "empty; set an image reference"}
 	}
 	if !path.IsAbs(s.Cwd) {
-		return &ErrBadSpec{"cwd", fmt.Sprintf("%q is not an absolute path in the sandbox", s.Cwd)}
+		return &SpecError{"cwd", fmt.Sprintf("%q is not an absolute path in the sandbox", s.Cwd)}
 	}
 	for _, v := range s.Volumes {
 		if _, err := ParseVolume(v); err != nil {
@@ -130,27 +187,45 @@ func (s Spec) Validate() error {
 	}
 	for k := range s.Env {
 		if !validEnvName(k) {
-			return &ErrBadSpec{"env", fmt.Sprintf("%q is not a valid variable name", k)}
+			return &SpecError{"env", fmt.Sprintf("%q is not a valid variable name", k)}
 		}
 	}
 	for _, k := range s.ForwardEnv {
 		if !validEnvName(k) {
-			return &ErrBadSpec{"forward_env", fmt.Sprintf("%q is not a valid variable name", k)}
+			return &SpecError{"forward_env", fmt.Sprintf("%q is not a valid variable name", k)}
 		}
 	}
 	switch {
 	case s.CPU < 0 || s.CPU != s.CPU:
-		return &ErrBadSpec{"cpu", fmt.Sprintf("%v: want cores >= 0 (0 = unlimited)", s.CPU)}
+		return &SpecError{"cpu", fmt.Sprintf("%v: want cores >= 0 (0 = unlimited)", s.CPU)}
 	case s.MemoryMB < 0:
-		return &ErrBadSpec{"memory", fmt.Sprintf("%d: want MB >= 0 (0 = unlimited)", s.MemoryMB)}
+		return &SpecError{"memory", fmt.Sprintf("%d: want MB >= 0 (0 = unlimited)", s.MemoryMB)}
 	case s.DiskMB < 0:
-		return &ErrBadSpec{"disk", fmt.Sprintf("%d: want MB >= 0 (0 = no quota)", s.DiskMB)}
+		return &SpecError{"disk", fmt.Sprintf("%d: want MB >= 0 (0 = no quota)", s.DiskMB)}
 	case s.PidsLimit < 0:
-		return &ErrBadSpec{"pids_limit", fmt.Sprintf("%d: want >= 0 (0 = unlimited)", s.PidsLimit)}
+		return &SpecError{"pids_limit", fmt.Sprintf("%d: want >= 0 (0 = unlimited)", s.PidsLimit)}
 	case s.ShmSize != "" && !validSize(s.ShmSize):
-		return &ErrBadSpec{"shm_size", fmt.Sprintf("%q: want a size like 64m or 1g", s.ShmSize)}
+		return &SpecError{"shm_size", fmt.Sprintf("%q: want a size like 64m or 1g", s.ShmSize)}
 	}
 	return nil
+}
+
+// extraNetwork finds a --network / --net flag in extra run args.
+func extraNetwork(args []string) (string, bool) {
+	for i, a := range args {
+		for _, f := range []string{"--network", "--net"} {
+			if a == f {
+				if i+1 < len(args) {
+					return args[i+1], true
+				}
+				return "", true
+			}
+			if v, ok := strings.CutPrefix(a, f+"="); ok {
+				return v, true
+			}
+		}
+	}
+	return "", false
 }
 
 // Volume is one parsed "host:container[:mode]".
@@ -162,7 +237,7 @@ type Volume struct {
 // ParseVolume parses and checks a volume entry.
 func ParseVolume(v string) (Volume, error) {
 	bad := func(why string) (Volume, error) {
-		return Volume{}, &ErrBadSpec{"volumes", fmt.Sprintf("%q: %s; want HOST:CONTAINER[:ro|rw] with absolute paths", v, why)}
+		return Volume{}, &SpecError{"volumes", fmt.Sprintf("%q: %s; want HOST:CONTAINER[:ro|rw] with absolute paths", v, why)}
 	}
 	parts := strings.Split(v, ":")
 	if len(parts) < 2 || len(parts) > 3 {
@@ -201,8 +276,11 @@ func (s Spec) envValues(getenv func(string) (string, bool)) (map[string]string, 
 		}
 	}
 	for k, v := range vals {
-		if cur, ok := getenv(k); clientVars[k] && (!ok || cur != v) {
-			return nil, &ErrBadSpec{"env", fmt.Sprintf("%s steers the engine client itself; hsbx passes values through the client's environment and cannot give the sandbox a different %s", k, k)}
+		if k == "HSBX_EXEC_ID" {
+			return nil, &SpecError{"env", "HSBX_EXEC_ID is reserved: hsbx marks each command's processes with it"}
+		}
+		if err := clientVarError("env", k, v, getenv); err != nil {
+			return nil, err
 		}
 	}
 	return vals, nil
@@ -225,15 +303,30 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 	if s.MountCwdToWorkspace && !s.Explicit["cwd"] {
 		cwd = "/workspace"
 	}
-	args := []string{"--init", "-w", cwd,
-		"--cap-drop", "ALL", "--cap-add", "DAC_OVERRIDE", "--cap-add", "CHOWN", "--cap-add", "FOWNER"}
+	var args []string
+	// An image with its own init (s6-overlay) must be PID 1 itself; snap
+	// Docker's AppArmor breaks --init and no-new-privileges.
+	if !s.ImageInit && !s.SnapCompat {
+		args = append(args, "--init")
+	}
+	args = append(args, "-w", cwd,
+		"--cap-drop", "ALL", "--cap-add", "DAC_OVERRIDE", "--cap-add", "CHOWN", "--cap-add", "FOWNER")
 	if !s.RunAsHostUser {
 		args = append(args, "--cap-add", "SETUID", "--cap-add", "SETGID")
 	}
-	args = append(args, "--security-opt", "no-new-privileges",
+	if s.SnapCompat {
+		warnings = append(warnings, "snap_compat is on: the sandbox runs without --init and without no-new-privileges (snap-packaged Docker's AppArmor profile breaks them)")
+	} else {
+		args = append(args, "--security-opt", "no-new-privileges")
+	}
+	runMount := "/run:rw,noexec,nosuid,size=64m"
+	if s.ImageInit {
+		runMount = "/run:rw,exec,nosuid,size=64m" // s6 stage0 execs from /run
+	}
+	args = append(args,
 		"--tmpfs", "/tmp:rw,nosuid,size=512m",
 		"--tmpfs", "/var/tmp:rw,noexec,nosuid,size=256m",
-		"--tmpfs", "/run:rw,noexec,nosuid,size=64m")
+		"--tmpfs", runMount)
 
 	// Limits. Rootless engines on cgroups v1 ignore them (podman only warns):
 	// a user's limit is then an error, a default is left off with a warning.
@@ -253,7 +346,7 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 		}
 		if h.limitsIgnored() {
 			if s.Explicit[l.setting] {
-				return runtime.RunSpec{}, nil, &ErrBadSpec{l.setting, fmt.Sprintf("this %s engine is rootless on cgroups v1 and cannot enforce %s %s; set %s = 0 or use a rootful engine or a cgroups v2 host", h.Dialect, l.flag, l.value, l.setting)}
+				return runtime.RunSpec{}, nil, &SpecError{l.setting, fmt.Sprintf("this %s engine is rootless on cgroups v1 and cannot enforce %s %s; set %s = 0 or use a rootful engine or a cgroups v2 host", h.Dialect, l.flag, l.value, l.setting)}
 			}
 			dropped = append(dropped, l.flag+" "+l.value)
 			continue
@@ -267,11 +360,16 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 		args = append(args, "--shm-size", s.ShmSize)
 	}
 	if !s.Network {
-		args = append(args, "--network", "none")
+		switch mode, set := extraNetwork(s.ExtraArgs); {
+		case !set:
+			args = append(args, "--network", "none")
+		case mode != "none":
+			return runtime.RunSpec{}, nil, &SpecError{"network", fmt.Sprintf("network is off (air-gapped), but extra_args asks for --network %s; remove that from extra_args, or set network = true", mode)}
+		} // extra_args already says --network none (the engine refuses two)
 	}
 	if s.DiskMB > 0 {
 		if h.BackingFS != "" && !strings.EqualFold(h.BackingFS, "xfs") {
-			return runtime.RunSpec{}, nil, &ErrBadSpec{"disk", fmt.Sprintf("a %d MB quota needs the engine's storage on XFS with project quotas (pquota); this engine's is on %s; set disk = 0", s.DiskMB, h.BackingFS)}
+			return runtime.RunSpec{}, nil, &SpecError{"disk", fmt.Sprintf("a %d MB quota needs the engine's storage on XFS with project quotas (pquota); this engine's is on %s; set disk = 0", s.DiskMB, h.BackingFS)}
 		}
 		args = append(args, "--storage-opt", "size="+strconv.FormatInt(s.DiskMB, 10)+"m")
 	}

@@ -27,7 +27,7 @@ func TestParseVolume(t *testing.T) {
 	for _, tc := range cases {
 		got, err := ParseVolume(tc.in)
 		if tc.err != "" {
-			var bs *ErrBadSpec
+			var bs *SpecError
 			if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.As(err, &bs) || bs.Setting != "volumes" {
 				t.Errorf("ParseVolume(%q) err = %v, want %q", tc.in, err, tc.err)
 			}
@@ -41,7 +41,7 @@ func TestParseVolume(t *testing.T) {
 
 func build(t *testing.T, s Spec, h Host) (string, []string, error) {
 	t.Helper()
-	rs, warns, err := BuildRun(Key{"p", "t"}, "n", s, h, Mounts{Workspace: "/st/ws", Home: "/st/home", CallerCwd: "/here"},
+	rs, warns, err := BuildRun(Key{Profile: "p", Task: "t"}, "n", s, h, Mounts{Workspace: "/st/ws", Home: "/st/home", CallerCwd: "/here"},
 		func(k string) (string, bool) {
 			v, ok := map[string]string{"TOKEN": "tok", "PATH": "/bin"}[k]
 			return v, ok
@@ -98,7 +98,7 @@ func TestBuildRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args, warns, err := build(t, tc.spec, tc.host)
 			if tc.errField != "" {
-				var bs *ErrBadSpec
+				var bs *SpecError
 				if !errors.As(err, &bs) || bs.Setting != tc.errField {
 					t.Fatalf("err = %v, want one naming %s", err, tc.errField)
 				}
@@ -128,7 +128,7 @@ func TestBuildRunEnvValuesStayOffArgv(t *testing.T) {
 	s := DefaultSpec()
 	s.Env = map[string]string{"LIT": "lit-secret"}
 	s.ForwardEnv = []string{"TOKEN", "MISSING"}
-	rs, _, err := BuildRun(Key{"p", "t"}, "n", s, Host{}, Mounts{Workspace: "/w", Home: "/h"},
+	rs, _, err := BuildRun(Key{Profile: "p", Task: "t"}, "n", s, Host{}, Mounts{Workspace: "/w", Home: "/h"},
 		func(k string) (string, bool) { v, ok := map[string]string{"TOKEN": "tok-secret"}[k]; return v, ok })
 	if err != nil {
 		t.Fatal(err)

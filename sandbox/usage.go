@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -88,34 +89,54 @@ func LockIdle(stateDir, keyHash string) (release func(), ok bool) {
 	return func() { f.Close() }, true
 }
 
-// The marker records that this host has seen the sandbox for a key (its
-// container id). Without it, Ensure tries to create straight away — the
-// derived name makes that safe, as a conflict falls back to the probe — so
-// a cold `up` costs one engine call, like a raw `run`.
+// The marker records the container this host verified for a key: its id
+// (checked against the key's labels) and the network posture it was
+// verified under. Warm commands address the container by that id — an id
+// cannot be squatted the way a derivable name can — so a warm exec is one
+// engine call and never lands in a container that is not the sandbox.
+// Without a marker, Ensure probes and verifies first.
 
 func markerPath(stateDir, keyHash string) string {
 	return filepath.Join(usageDir(stateDir, keyHash), "container")
 }
 
-func hasMarker(stateDir, keyHash string) bool {
-	if stateDir == "" {
-		return true // no state: always probe first
-	}
-	_, err := os.Stat(markerPath(stateDir, keyHash))
-	return err == nil
+// marker is what the marker file holds.
+type marker struct {
+	ID      string
+	Network string // "none" when verified air-gapped, else "any"
 }
 
-func writeMarker(stateDir, keyHash, id string) {
+// markerVersion heads the file; a marker of another version (an older
+// hsbx's, verified under other rules) is ignored, so it is verified anew.
+const markerVersion = "hsbx-marker-2"
+
+func readMarker(stateDir, keyHash string) (marker, bool) {
+	if stateDir == "" {
+		return marker{}, false
+	}
+	b, err := os.ReadFile(markerPath(stateDir, keyHash))
+	if err != nil {
+		return marker{}, false
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 || lines[0] != markerVersion || !isHexID(lines[1]) {
+		return marker{}, false
+	}
+	return marker{ID: lines[1], Network: lines[2]}, true
+}
+
+func writeMarker(stateDir, keyHash string, m marker) {
 	if stateDir == "" {
 		return
 	}
 	p := markerPath(stateDir, keyHash)
-	if b, err := os.ReadFile(p); err == nil && string(b) == id {
+	content := markerVersion + "\n" + m.ID + "\n" + m.Network + "\n"
+	if b, err := os.ReadFile(p); err == nil && string(b) == content {
 		return
 	}
 	if os.MkdirAll(filepath.Dir(p), 0o755) == nil {
 		tmp := p + "." + strconv.Itoa(os.Getpid())
-		if os.WriteFile(tmp, []byte(id), 0o644) == nil {
+		if os.WriteFile(tmp, []byte(content), 0o644) == nil {
 			_ = os.Rename(tmp, p)
 		}
 	}
@@ -125,4 +146,35 @@ func removeMarker(stateDir, keyHash string) {
 	if stateDir != "" {
 		_ = os.Remove(markerPath(stateDir, keyHash))
 	}
+}
+
+// isHexID reports whether s is a full container id (64 hex digits).
+func isHexID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// warned records, per key on this host, the Hermes-made containers hsbx
+// already said it will not attach to, so the warning is given once.
+func warnedOnce(stateDir, keyHash, id string) bool {
+	if stateDir == "" {
+		return false
+	}
+	p := filepath.Join(usageDir(stateDir, keyHash), "warned-"+id[:min(12, len(id))])
+	if _, err := os.Stat(p); err == nil {
+		return true
+	}
+	if os.MkdirAll(filepath.Dir(p), 0o755) == nil {
+		if f, err := os.Create(p); err == nil {
+			f.Close()
+		}
+	}
+	return false
 }

@@ -13,14 +13,17 @@ import (
 
 func main() { os.Exit(run()) }
 
-// run wires the process to the CLI: the first SIGINT, SIGTERM or SIGHUP
-// cancels the context (hsbx then kills what it started and exits 128+N);
-// a second one exits at once.
+// run wires the process to the CLI: the first SIGINT, SIGTERM, SIGHUP or
+// SIGQUIT cancels the context (hsbx then kills what it started and exits
+// 128+N); a second one exits at once. SIGPIPE is caught, so a write to a
+// closed stdout fails with EPIPE and hsbx can stop the command in the
+// sandbox before it exits 141, instead of dying on the spot.
 func run() int {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	go func() {
 		s := <-sigs
 		cancel(&cli.SignalError{Signal: s})

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -34,8 +35,9 @@ const (
 	ExitOK      = 0
 	ExitError   = 1   // an error not covered below
 	ExitUsage   = 2   // bad flags, arguments or configuration; nothing was done
-	ExitTimeout = 124 // exec --timeout fired; the command's processes were killed
-	ExitEngine  = 125 // no usable engine, engine unreachable or failing
+	ExitTimeout    = 124 // exec --timeout fired; the command's processes were killed
+	ExitEngine     = 125 // no usable engine, engine unreachable or failing
+	ExitBrokenPipe = 141 // exec's output reader went away (128+SIGPIPE); the command was stopped
 )
 
 // Globals are the flags every command takes.
@@ -45,7 +47,7 @@ type Globals struct {
 	Config        string           `help:"Configuration file (env HSBX_CONFIG; default $$XDG_CONFIG_HOME/hsbx/config.toml)." env:"HSBX_CONFIG" placeholder:"FILE"`
 	JSON          bool             `help:"Print machine-readable JSON instead of text."`
 	LogLevel      string           `help:"Log to stderr at this level: debug (shows every engine call), info, warn, error." env:"HSBX_LOG_LEVEL" default:"warn" enum:"debug,info,warn,error"`
-	EngineTimeout time.Duration    `help:"Give up on an engine call that has not answered after this long." env:"HSBX_ENGINE_TIMEOUT" default:"60s"`
+	EngineTimeout time.Duration    `help:"Give up on an engine call that has not answered after this long (a duration like 30s, or seconds; run gets 4x for image pulls; exec's command has no limit once the engine has answered)." env:"HSBX_ENGINE_TIMEOUT" default:"60s"`
 	Version       kong.VersionFlag `help:"Print hsbx's version and exit."`
 }
 
@@ -122,6 +124,12 @@ func (a *App) stateDir() string { return a.xdgDir("XDG_STATE_HOME", ".local/stat
 // profile is the resolved profile.
 func (a *App) profile() string { return a.Cfg.String("profile") }
 
+// scope is the set of sandboxes this invocation acts on: the profile's, or
+// the shared container key's when one is set.
+func (a *App) scope() sandbox.Scope {
+	return sandbox.Scope{Profile: a.profile(), Shared: a.Cfg.SharedKey()}
+}
+
 // detectOptions are the engine-finding options this invocation implies.
 func (a *App) detectOptions() detect.Options {
 	o := detect.Options{
@@ -171,7 +179,7 @@ func (a *App) sandbox(task string) (*sandbox.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.Sandbox(sandbox.Key{Profile: a.profile(), Task: task}, a.Cfg.Spec()), nil
+	return m.Sandbox(sandbox.Key{Profile: a.profile(), Task: task, Shared: a.Cfg.SharedKey()}, a.Cfg.Spec()), nil
 }
 
 // Main runs hsbx with the given process environment and returns the exit code.
@@ -185,6 +193,7 @@ func Main(ctx context.Context, env Env) int {
 		kong.Exit(func(code int) { exitCode = code }),
 		kong.Vars{"version": "hsbx " + Version},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper()),
 	)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hsbx: internal error: %v\n", err)
@@ -195,7 +204,7 @@ func Main(ctx context.Context, env Env) int {
 		return exitCode
 	}
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "hsbx: %v\nRun 'hsbx --help' for usage.\n", err)
+		fmt.Fprintf(env.Stderr, "hsbx: %v\n  hint: run 'hsbx --help' (or 'hsbx COMMAND --help') for usage; nothing was done\n", err)
 		return ExitUsage
 	}
 	log := newLogger(env.Stderr, g.LogLevel)
@@ -213,6 +222,10 @@ func Main(ctx context.Context, env Env) int {
 		cfg, err := config.Load(config.Options{File: g.Config, Getenv: app.lookupEnv, Flags: app.flags})
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "hsbx: configuration: %v\n", err)
+			var ce *config.Error
+			if errors.As(err, &ce) {
+				fmt.Fprintf(env.Stderr, "  hint: %s\n", ce.Hint())
+			}
 			return ExitUsage
 		}
 		app.Cfg = cfg
@@ -221,6 +234,23 @@ func Main(ctx context.Context, env Env) int {
 		return report(ctx, env.Stderr, err)
 	}
 	return ExitOK
+}
+
+// durationMapper decodes duration flags like every other hsbx duration:
+// "30s", "5m", or a plain number of seconds.
+func durationMapper() kong.MapperFunc {
+	return func(ctx *kong.DecodeContext, target reflect.Value) error {
+		t, err := ctx.Scan.PopValue("duration")
+		if err != nil {
+			return err
+		}
+		d, err := config.ParseDuration(fmt.Sprint(t.Value))
+		if err != nil {
+			return err
+		}
+		target.Set(reflect.ValueOf(d))
+		return nil
+	}
 }
 
 // settingFlags is implemented by commands whose flags override settings
@@ -260,7 +290,7 @@ func report(ctx context.Context, w io.Writer, err error) int {
 	if errors.As(err, &ee) && ee.err == nil {
 		return ee.code
 	}
-	fmt.Fprintf(w, "hsbx: %v\n", err)
+	fmt.Fprintf(w, "hsbx: %s\n", safe(err.Error()))
 	if h := runtime.Hint(err); h != "" {
 		fmt.Fprintf(w, "  hint: %s\n", h)
 	}
@@ -279,11 +309,11 @@ func exitCode(ctx context.Context, err error) int {
 		}
 		return 130
 	}
-	var bs *sandbox.ErrBadSpec
+	var bs *sandbox.SpecError
 	if errors.As(err, &bs) {
 		return ExitUsage
 	}
-	for _, engine := range []error{runtime.ErrBinaryNotFound, runtime.ErrUnsupported, runtime.ErrUnreachable,
+	for _, engine := range []error{runtime.ErrBinaryNotFound, runtime.ErrUnsupported, runtime.ErrUnreachable, runtime.ErrNetworkSetup,
 		runtime.ErrTimeout, runtime.ErrEngine, runtime.ErrBadOutput, runtime.ErrNotFound, runtime.ErrNameInUse,
 		runtime.ErrNotRunning, runtime.ErrPaused, runtime.ErrImageNotFound, sandbox.ErrForeignName} {
 		if errors.Is(err, engine) {

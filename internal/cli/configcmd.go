@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
+
+	"github.com/hsbx/hsbx/internal/config"
 )
 
 // ConfigCmd prints the effective configuration.
@@ -26,8 +28,12 @@ func (c *ConfigCmd) Run(app *App) error {
 		return err
 	}
 	keys, values := app.Cfg.All()
+	warnings := config.Warnings(app.lookupEnv)
 	if app.G.JSON {
 		return json.NewEncoder(app.Env.Stdout).Encode(values)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(app.Env.Stderr, "hsbx: warning: %s\n", w)
 	}
 	w := tabwriter.NewWriter(app.Env.Stdout, 0, 4, 2, ' ', 0)
 	for _, k := range keys {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hsbx/hsbx/internal/config"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 )
@@ -16,7 +17,8 @@ type doctorReport struct {
 	Runtime   runtime.Dialect `json:"runtime"`
 	Binary    string          `json:"binary"`
 	Source    string          `json:"source"`
-	Version   string          `json:"version"`
+	Version   string          `json:"version"` // the engine's (server) version; the client's until the engine answers
+	Client    string          `json:"client_version"`
 	Rootless  bool            `json:"rootless"`
 	Reachable bool            `json:"reachable"`
 	Error     string          `json:"error,omitempty"`
@@ -31,7 +33,7 @@ func (c *DoctorCmd) Run(app *App) error {
 	found, err := detect.Find(app.Ctx, o)
 	r := doctorReport{Runtime: found.Dialect, Binary: found.Path, Source: found.Source}
 	if fields := strings.Fields(found.VersionLine); len(fields) >= 3 {
-		r.Version = strings.TrimSuffix(fields[2], ",") // the client's, until the engine answers
+		r.Client = strings.TrimSuffix(fields[2], ",")
 	}
 	if err == nil {
 		var info runtime.Info
@@ -56,14 +58,21 @@ func (c *DoctorCmd) Run(app *App) error {
 		}
 		show("runtime", string(r.Runtime))
 		if r.Binary != "" {
-			show("binary", fmt.Sprintf("%s (%s)", r.Binary, r.Source))
+			show("client", fmt.Sprintf("%s %s (%s)", r.Binary, r.Client, r.Source))
 		}
-		show("version", r.Version)
+		if r.Reachable {
+			show("engine", r.Version)
+		}
 		if r.Reachable {
 			show("rootless", fmt.Sprint(r.Rootless))
 			show("reachable", "yes")
 		} else {
 			show("reachable", "no")
+		}
+	}
+	if !app.G.JSON {
+		for _, w := range config.Warnings(app.lookupEnv) {
+			fmt.Fprintf(app.Env.Stderr, "hsbx: warning: %s\n", w)
 		}
 	}
 	if err != nil {

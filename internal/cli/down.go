@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/hsbx/hsbx/sandbox"
 )
 
 // StopCmd stops a sandbox and keeps its filesystem.
@@ -24,7 +26,7 @@ func (c *StopCmd) Run(app *App) error {
 		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"name": sb.Name(), "task": c.Task, "profile": app.profile(), "stopped": found})
 	}
 	if !found {
-		fmt.Fprintf(app.Env.Stderr, "hsbx: no sandbox for task %q in profile %q\n", c.Task, app.profile())
+		noSandbox(app, sb, c.Task)
 		return nil
 	}
 	_, err = fmt.Fprintf(app.Env.Stdout, "stopped %s\n", sb.Name())
@@ -54,11 +56,20 @@ func (c *DownCmd) Run(app *App) error {
 		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"task": c.Task, "profile": app.profile(), "removed": ids})
 	}
 	if len(removed) == 0 {
-		fmt.Fprintf(app.Env.Stderr, "hsbx: no sandbox for task %q in profile %q\n", c.Task, app.profile())
+		noSandbox(app, sb, c.Task)
 		return nil
 	}
 	for _, r := range removed {
-		fmt.Fprintf(app.Env.Stdout, "removed %s (%.12s)\n", r.Name, r.ID)
+		fmt.Fprintf(app.Env.Stdout, "removed %s (%.12s)\n", safe(r.Name), r.ID)
 	}
 	return nil
+}
+
+// noSandbox says there is nothing to tear down, and names a container that
+// squats on the sandbox's name (left alone).
+func noSandbox(app *App, sb *sandbox.Sandbox, task string) {
+	fmt.Fprintf(app.Env.Stderr, "hsbx: no sandbox for task %q in profile %q\n", safe(task), safe(app.profile()))
+	if c, ok := sb.Squatter(app.Ctx); ok {
+		fmt.Fprintf(app.Env.Stderr, "hsbx: warning: container %s (%.12s) holds this sandbox's name but is not an hsbx sandbox (no hsbx.key=%s label); it was left alone\n", safe(c.Name), c.ID, sb.Key().Hash())
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/hsbx/hsbx/sandbox"
 )
 
@@ -14,11 +16,11 @@ import (
 type ExecCmd struct {
 	taskFlag
 	Workdir     string        `short:"w" help:"Working directory in the sandbox." placeholder:"DIR"`
-	Env         []string      `short:"e" help:"Set K=V, or pass K from your environment; values never appear on any command line." placeholder:"K[=V]"`
+	Env         []string      `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (DOCKER_*, PATH, LD_*, ...) are refused." placeholder:"K[=V]"`
 	Timeout     time.Duration `help:"Kill the command (in the sandbox) after this long and exit 124 (sandbox.timeout; 0 = none)." placeholder:"DUR"`
 	Interactive bool          `short:"i" help:"Keep stdin open."`
 	TTY         bool          `short:"t" help:"Allocate a terminal."`
-	Cmd         []string      `arg:"" passthrough:"" help:"The command and its arguments (after --)." placeholder:"CMD"`
+	Cmd         []string      `arg:"" passthrough:"partial" help:"The command and its arguments (after --; everything before -- is hsbx's)." placeholder:"CMD"`
 }
 
 func (c *ExecCmd) settingFlags(f map[string][2]string) {
@@ -74,14 +76,23 @@ func runInSandbox(app *App, task string, cmd sandbox.Command) error {
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = app.Env.Stdin, app.Env.Stdout, app.Env.Stderr
 	if !cmd.Interactive {
-		cmd.Stdin = nil
+		cmd.Stdin = nil // as `docker exec` without -i: the command gets no input
 	}
 	code, err := sb.Exec(app.Ctx, cmd)
 	if cerr := sb.Close(app.Ctx); cerr != nil {
 		fmt.Fprintf(app.Env.Stderr, "hsbx: removing the per-process sandbox: %v\n", cerr)
 	}
 	var ie *sandbox.InterruptedError
+	var we *sandbox.WriterError
 	switch {
+	case errors.As(err, &ie) && errors.As(ie.Cause, &we):
+		// The reader went away (| head): the command was stopped in the
+		// sandbox; exit as a process killed by SIGPIPE would, quietly.
+		app.Log.Info("output closed; command stopped", "error", we, "killed", killedNote(ie))
+		if ie.KillErr != nil {
+			fmt.Fprintf(app.Env.Stderr, "hsbx: %v; %s\n", we, killedNote(ie))
+		}
+		return &exitError{code: ExitBrokenPipe}
 	case errors.As(err, &ie) && errors.Is(ie.Cause, sandbox.ErrTimeout):
 		fmt.Fprintf(app.Env.Stderr, "hsbx: command timed out after %s; %s\n", cmd.Timeout, killedNote(ie))
 		return &exitError{code: ExitTimeout}
@@ -120,11 +131,9 @@ func (c *ShellCmd) Run(app *App) error {
 	})
 }
 
+// isTerminal reports whether v is a terminal (isatty: /dev/null is a
+// character device but not a terminal).
 func isTerminal(v any) bool {
 	f, ok := v.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }

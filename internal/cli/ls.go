@@ -20,7 +20,7 @@ func (c *LsCmd) Run(app *App) error {
 	if err != nil {
 		return err
 	}
-	ls, err := m.List(app.Ctx, app.profile(), c.AllProfiles)
+	ls, err := m.List(app.Ctx, app.scope(), c.AllProfiles)
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func (c *LsCmd) Run(app *App) error {
 		if l.Finished != nil {
 			finished = ago(now, *l.Finished)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%.12s\t%s\t%s\t%s\t%s\n", l.Task, l.Profile, l.State, l.ID, l.Name, l.Image, ago(now, l.Created), finished)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.12s\t%s\t%s\t%s\t%s\n", safe(l.Task), safe(l.Profile), safe(string(l.State)), safe(l.ID), safe(l.Name), safe(l.Image), ago(now, l.Created), finished)
 	}
 	return w.Flush()
 }

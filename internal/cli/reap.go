@@ -35,7 +35,7 @@ func (c *ReapCmd) Run(app *App) error {
 		maxAge = reaper.MaxAge(app.Cfg.Duration("reaper.lifetime"))
 	}
 	rep, err := app.sweeper(m).Sweep(app.Ctx, reaper.Options{
-		Profile: app.profile(), AllProfiles: c.AllProfiles, MaxAge: maxAge,
+		Profile: app.profile(), Shared: app.Cfg.SharedKey(), AllProfiles: c.AllProfiles, MaxAge: maxAge,
 		Idle: app.Cfg.Duration("reaper.idle_after"), Now: time.Now(),
 	}, c.DryRun)
 	if err != nil {
@@ -51,10 +51,10 @@ func (c *ReapCmd) Run(app *App) error {
 			verb = "would remove"
 		}
 		for _, r := range rep.Removed {
-			fmt.Fprintf(app.Env.Stdout, "%s %.12s %s task=%s profile=%s: %s, %s old\n", verb, r.ID, r.Name, r.Task, r.Profile, r.Reason, time.Duration(r.AgeSeconds)*time.Second)
+			fmt.Fprintf(app.Env.Stdout, "%s %.12s %s task=%s profile=%s: %s, %s old\n", verb, safe(r.ID), safe(r.Name), safe(r.Task), safe(r.Profile), r.Reason, time.Duration(r.AgeSeconds)*time.Second)
 		}
 		for _, e := range rep.Errors {
-			fmt.Fprintf(app.Env.Stderr, "hsbx: could not reap %.12s: %s\n", e.ID, e.Error)
+			fmt.Fprintf(app.Env.Stderr, "hsbx: could not reap %.12s: %s\n", safe(e.ID), safe(e.Error))
 		}
 		fmt.Fprintln(app.Env.Stdout, rep.Summary(c.DryRun))
 	}
@@ -80,7 +80,7 @@ func (a *App) autoSweep(m *sandbox.Manager) func(context.Context) {
 		lifetime := a.Cfg.Duration("reaper.lifetime")
 		ran, err := a.gate.Maybe(ctx, a.profile(), func(ctx context.Context) error {
 			rep, err := a.sweeper(m).Sweep(ctx, reaper.Options{
-				Profile: a.profile(), MaxAge: reaper.MaxAge(lifetime), Idle: a.Cfg.Duration("reaper.idle_after"), Now: time.Now(),
+				Profile: a.profile(), Shared: a.Cfg.SharedKey(), MaxAge: reaper.MaxAge(lifetime), Idle: a.Cfg.Duration("reaper.idle_after"), Now: time.Now(),
 			}, false)
 			for _, r := range rep.Removed {
 				a.Log.Info("reaped orphan sandbox", "id", r.ID, "task", r.Task, "reason", r.Reason, "age_seconds", r.AgeSeconds)

@@ -63,8 +63,11 @@ var settings = []setting{
 	{key: "sandbox.memory", env: []string{"TERMINAL_CONTAINER_MEMORY"}, kind: kInt, def: int64(5120)},
 	{key: "sandbox.disk", env: []string{"TERMINAL_CONTAINER_DISK"}, kind: kInt, def: int64(0)},
 	{key: "sandbox.pids_limit", kind: kInt, def: int64(256)},
-	{key: "sandbox.shm_size", kind: kString, def: "1g"},
-	{key: "sandbox.network", kind: kBool, def: true},
+	{key: "sandbox.shm_size", env: []string{"TERMINAL_DOCKER_SHM_SIZE"}, kind: kString, def: "1g"},
+	{key: "sandbox.network", env: []string{"TERMINAL_DOCKER_NETWORK"}, kind: kBool, def: true},
+	{key: "sandbox.shared_container_key", env: []string{"TERMINAL_DOCKER_SHARED_CONTAINER_KEY"}, kind: kString, def: ""},
+	{key: "sandbox.sandbox_dir", env: []string{"TERMINAL_SANDBOX_DIR"}, kind: kString, def: ""},
+	{key: "sandbox.snap_compat", env: []string{"TERMINAL_DOCKER_SNAP_COMPAT"}, kind: kBool, def: false},
 	{key: "sandbox.run_as_host_user", env: []string{"TERMINAL_DOCKER_RUN_AS_HOST_USER"}, kind: kBool, def: false},
 	{key: "sandbox.mount_cwd_to_workspace", env: []string{"TERMINAL_DOCKER_MOUNT_CWD_TO_WORKSPACE"}, kind: kBool, def: false},
 	{key: "sandbox.persistent", env: []string{"TERMINAL_CONTAINER_PERSISTENT"}, kind: kBool, def: true},
@@ -112,6 +115,19 @@ func (e *Error) Error() string {
 		return fmt.Sprintf("%s: %s", e.Source, e.Msg)
 	}
 	return fmt.Sprintf("%s: %s: %s", e.Source, e.Key, e.Msg)
+}
+
+// Hint says where to fix the value.
+func (e *Error) Hint() string {
+	switch {
+	case strings.HasPrefix(e.Source, "env "):
+		return fmt.Sprintf("fix or unset %s in your environment (`hsbx config` shows every setting and its source)", strings.TrimPrefix(e.Source, "env "))
+	case strings.HasPrefix(e.Source, "flag "):
+		return fmt.Sprintf("fix the value of %s (`hsbx --help` lists the flags)", strings.TrimPrefix(e.Source, "flag "))
+	case strings.HasPrefix(e.Source, "file "), strings.HasPrefix(e.Source, "config file "):
+		return "fix the configuration file there (the README's Configuration section lists every key), or point --config / HSBX_CONFIG elsewhere"
+	}
+	return "see `hsbx config` and the README's Configuration section"
 }
 
 // DefaultPath is $XDG_CONFIG_HOME/hsbx/config.toml (or ~/.config/...).
@@ -517,7 +533,11 @@ func jsonType(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// parseDuration reads "300s", "5m" or a plain number of seconds.
+// ParseDuration reads a duration the way every hsbx setting and flag
+// takes one: "300s", "5m", "1h30m", or a plain number of seconds ("5",
+// "0.5"). Negative values are refused.
+func ParseDuration(raw string) (time.Duration, error) { return parseDuration(raw) }
+
 func parseDuration(raw string) (time.Duration, error) {
 	raw = strings.TrimSpace(raw)
 	if n, err := strconv.ParseFloat(raw, 64); err == nil && !math.IsNaN(n) && !math.IsInf(n, 0) {
@@ -538,7 +558,7 @@ func parseDuration(raw string) (time.Duration, error) {
 func (c *Config) validate() error {
 	spec := c.Spec()
 	if err := spec.Validate(); err != nil {
-		var bs *sandbox.ErrBadSpec
+		var bs *sandbox.SpecError
 		if errors.As(err, &bs) {
 			key := "sandbox." + bs.Setting
 			return &Error{Source: c.values[key].Source, Key: key, Msg: bs.Msg}
@@ -584,7 +604,11 @@ func (c *Config) Spec() sandbox.Spec {
 		PidsLimit: v("pids_limit").(int64), ShmSize: v("shm_size").(string), Network: v("network").(bool),
 		RunAsHostUser: v("run_as_host_user").(bool), MountCwdToWorkspace: v("mount_cwd_to_workspace").(bool),
 		Persistent: v("persistent").(bool), PersistAcrossProcesses: v("persist_across_processes").(bool),
+		SandboxDir: v("sandbox_dir").(string), SnapCompat: v("snap_compat").(bool),
 		Explicit: map[string]bool{},
+	}
+	if s.ShmSize == "0" {
+		s.ShmSize = "" // Hermes: "0" (or empty) leaves the engine's default
 	}
 	for _, st := range settings {
 		if name, ok := strings.CutPrefix(st.key, "sandbox."); ok && c.Explicit(st.key) {
@@ -619,3 +643,35 @@ func Keys() []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// HermesIgnored are the Hermes TERMINAL_* variables hsbx reads but does not
+// act on, with why. `hsbx config` warns about each one that is set.
+var HermesIgnored = []struct{ Name, Why string }{
+	{"TERMINAL_PERSISTENT_SHELL", "hsbx has no persistent shell: each `hsbx exec` runs its command afresh (state lives in the sandbox's files)"},
+	{"TERMINAL_ENV", "hsbx is the docker/podman backend only; other Hermes backends are not hsbx's (\"docker\" is the only value that matches it)"},
+	{"TERMINAL_SSH_HOST", "the ssh backend is not hsbx's"},
+	{"TERMINAL_SSH_USER", "the ssh backend is not hsbx's"},
+	{"TERMINAL_SSH_PORT", "the ssh backend is not hsbx's"},
+	{"TERMINAL_SSH_KEY", "the ssh backend is not hsbx's"},
+	{"TERMINAL_MODAL_IMAGE", "the modal backend is not hsbx's"},
+	{"TERMINAL_SINGULARITY_IMAGE", "the singularity backend is not hsbx's"},
+	{"TERMINAL_DAYTONA_IMAGE", "the daytona backend is not hsbx's"},
+	{"TERMINAL_VERCEL_RUNTIME", "the vercel backend is not hsbx's"},
+}
+
+// Warnings lists the Hermes variables that are set in the environment but
+// that hsbx ignores, one line each.
+func Warnings(getenv func(string) (string, bool)) []string {
+	var out []string
+	for _, h := range HermesIgnored {
+		v, ok := getenv(h.Name)
+		if !ok || v == "" || (h.Name == "TERMINAL_ENV" && v == "docker") {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s is set but ignored: %s", h.Name, h.Why))
+	}
+	return out
+}
+
+// SharedKey is sandbox.shared_container_key ("" when unset).
+func (c *Config) SharedKey() string { return c.String("sandbox.shared_container_key") }

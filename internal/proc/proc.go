@@ -110,6 +110,7 @@ func (r *Runner) Run(ctx context.Context, c Cmd) (Result, error) {
 		cmd.Env = []string{}
 	}
 	cmd.Stdin = c.Stdin
+	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = r.WaitDelay
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 2 * time.Second

@@ -157,6 +157,11 @@ func (Dialect) ParseVersion(out []byte) (runtime.Version, error) {
 }
 
 var rules = []enginecli.Rule{
+	// Rootless networking (slirp4netns, pasta) failing: before the generic
+	// rules, whose fragments its message may also hold.
+	{Fragment: "slirp4netns", Kind: runtime.ErrNetworkSetup},
+	{Fragment: "/dev/net/tun", Kind: runtime.ErrNetworkSetup},
+	{Fragment: "pasta failed", Kind: runtime.ErrNetworkSetup},
 	{Fragment: "cannot connect to the docker daemon", Kind: runtime.ErrUnreachable},
 	{Fragment: "error during connect", Kind: runtime.ErrUnreachable},
 	{Fragment: "permission denied while trying to connect to the docker daemon", Kind: runtime.ErrUnreachable},

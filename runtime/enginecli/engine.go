@@ -37,6 +37,7 @@ const (
 	OpExec    Op = "exec"
 	OpVersion Op = "version"
 	OpInfo    Op = "info"
+	OpImage   Op = "image inspect"
 )
 
 // Dialect is what one engine family contributes.
@@ -99,6 +100,9 @@ func (e *Engine) Dialect() runtime.Dialect { return e.d.Name() }
 // Binary implements runtime.Runtime.
 func (e *Engine) Binary() string { return e.bin }
 
+// CallTimeout implements runtime.Runtime.
+func (e *Engine) CallTimeout() time.Duration { return e.timeout }
+
 // call runs one engine command and classifies a non-zero exit.
 func (e *Engine) call(ctx context.Context, op Op, args []string, env map[string]string, timeout time.Duration) (proc.Result, error) {
 	argv := append([]string{e.bin}, args...)
@@ -120,6 +124,14 @@ func (e *Engine) runError(argv []string, err error) error {
 			Stderr: fmt.Sprintf("no answer after %s", te.Timeout)}
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, proc.ErrNotFound), errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("%w: %v", runtime.ErrBinaryNotFound, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The caller gave up: name the subcommand, never the whole argv
+		// (it may hold a script); the argv is in the debug log.
+		cause := context.Canceled
+		if errors.Is(err, context.DeadlineExceeded) {
+			cause = context.DeadlineExceeded
+		}
+		return fmt.Errorf("`%s` interrupted: %w", (&runtime.EngineError{Argv: argv}).Command(), cause)
 	}
 	return err
 }
@@ -365,7 +377,7 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	args = append(args, s.Cmd...)
 	argv := append([]string{e.bin}, args...)
 	var stderr *holdWriter
-	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Stdout: s.Stdout}
+	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Stdout: s.Stdout, Timeout: s.Timeout}
 	if s.Stderr != nil {
 		stderr = &holdWriter{dst: s.Stderr, isEng: func(line string) bool {
 			return e.d.Classify(OpExec, e.d.ExecErrorCode(), line) != nil
@@ -377,17 +389,31 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	if err == nil && res.ExitCode != 0 {
 		kind = e.d.Classify(OpExec, res.ExitCode, string(res.Stderr))
 	}
+	var held []byte
 	if stderr != nil {
-		stderr.finish(kind != nil)
+		held = stderr.finish(kind != nil)
 	}
 	if err != nil {
 		return -1, e.runError(argv, err)
 	}
 	if kind != nil {
 		return res.ExitCode, &runtime.EngineError{Kind: kind, Argv: argv, ExitCode: res.ExitCode,
-			Stderr: strings.TrimSpace(string(res.Stderr))}
+			Stderr: strings.TrimSpace(string(res.Stderr)), Held: held}
 	}
 	return res.ExitCode, nil
+}
+
+// InspectImage implements runtime.Runtime.
+func (e *Engine) InspectImage(ctx context.Context, ref string) (runtime.Image, error) {
+	res, err := e.call(ctx, OpImage, []string{"image", "inspect", ref}, nil, e.timeout)
+	if err != nil {
+		return runtime.Image{}, err
+	}
+	img, err := ParseImageInspect(res.Stdout)
+	if err != nil {
+		return runtime.Image{}, fmt.Errorf("%w: %s image inspect: %v", runtime.ErrBadOutput, e.d.Name(), err)
+	}
+	return img, nil
 }
 
 // Version implements runtime.Runtime. When the engine is unreachable the

@@ -40,13 +40,19 @@ func (h *holdWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// finish releases what was held unless it was the engine's error.
-func (h *holdWriter) finish(engineError bool) {
+// finish releases what was held unless it may be the engine's error; then
+// it returns the held bytes, for the caller to deliver should the engine
+// say the status was the command's own after all.
+func (h *holdWriter) finish(engineError bool) []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !engineError && h.buf.Len() > 0 {
+	var held []byte
+	if engineError {
+		held = bytes.Clone(h.buf.Bytes())
+	} else if h.buf.Len() > 0 {
 		_, _ = h.dst.Write(h.buf.Bytes())
 	}
 	h.buf.Reset()
 	h.passing = true
+	return held
 }

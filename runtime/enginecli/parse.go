@@ -25,6 +25,11 @@ type rawInspect struct {
 		Image  string            `json:"Image"`
 		Labels map[string]string `json:"Labels"`
 	} `json:"Config"`
+	HostConfig *struct {
+		NetworkMode string `json:"NetworkMode"`
+	} `json:"HostConfig"`
+	// ExecIDs is null (docker) or [] (podman) when no exec runs.
+	ExecIDs []string `json:"ExecIDs"`
 }
 
 type rawState struct {
@@ -63,6 +68,12 @@ func ParseInspect(out []byte) ([]runtime.Container, error) {
 		if r.ImageName != "" {
 			c.Image = r.ImageName
 		}
+		if r.HostConfig != nil {
+			c.NetworkMode = r.HostConfig.NetworkMode
+		}
+		if len(r.ExecIDs) > 0 {
+			c.ExecIDs = r.ExecIDs
+		}
 		if r.Config != nil {
 			if r.Config.Image != "" {
 				c.Image = r.Config.Image
@@ -83,6 +94,38 @@ func ParseInspect(out []byte) ([]runtime.Container, error) {
 		cs = append(cs, c)
 	}
 	return cs, nil
+}
+
+// rawImage holds the fields hsbx reads from `image inspect` (same keys on
+// docker and podman; Entrypoint is null, a string or an array).
+type rawImage struct {
+	ID     string `json:"Id"`
+	Config *struct {
+		Entrypoint json.RawMessage `json:"Entrypoint"`
+	} `json:"Config"`
+}
+
+// ParseImageInspect parses `image inspect` output for one image.
+func ParseImageInspect(out []byte) (runtime.Image, error) {
+	var raws []rawImage
+	if err := json.Unmarshal(bytes.TrimSpace(out), &raws); err != nil {
+		return runtime.Image{}, fmt.Errorf("image inspect output is not a JSON array of images: %w", err)
+	}
+	if len(raws) != 1 || raws[0].ID == "" {
+		return runtime.Image{}, fmt.Errorf("image inspect printed %d images, want 1 with an Id", len(raws))
+	}
+	img := runtime.Image{ID: raws[0].ID}
+	if raws[0].Config != nil && len(raws[0].Config.Entrypoint) > 0 {
+		var one string
+		if json.Unmarshal(raws[0].Config.Entrypoint, &one) == nil {
+			if one != "" {
+				img.Entrypoint = []string{one}
+			}
+		} else if err := json.Unmarshal(raws[0].Config.Entrypoint, &img.Entrypoint); err != nil {
+			return runtime.Image{}, fmt.Errorf("image Config.Entrypoint is neither a string nor an array of strings")
+		}
+	}
+	return img, nil
 }
 
 func stateFromFlags(s *rawState) runtime.State {

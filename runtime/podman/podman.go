@@ -138,6 +138,11 @@ func (Dialect) ParseVersion(out []byte) (runtime.Version, error) {
 }
 
 var rules = []enginecli.Rule{
+	// Rootless networking (slirp4netns, pasta) failing: before the generic
+	// rules, whose fragments its message may also hold.
+	{Fragment: "slirp4netns", Kind: runtime.ErrNetworkSetup},
+	{Fragment: "/dev/net/tun", Kind: runtime.ErrNetworkSetup},
+	{Fragment: "pasta failed", Kind: runtime.ErrNetworkSetup},
 	{Fragment: "cannot connect to podman", Kind: runtime.ErrUnreachable},
 	{Fragment: "unable to connect to podman socket", Kind: runtime.ErrUnreachable},
 	{Fragment: "no such container", Kind: runtime.ErrNotFound},

@@ -1,0 +1,399 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// ErrForeignName means the derived container name is taken by a container
+// hsbx did not create for this key; hsbx will not touch it.
+var ErrForeignName = errors.New("container name taken by a container that is not this sandbox")
+
+// Ensure makes the sandbox exist and run: attach if running, unpause if
+// paused, start if stopped (create a fresh one if start fails or it
+// vanished), otherwise create. Concurrent Ensures for one key, in any
+// number of processes, end with one container. A sandbox the Hermes
+// backend made for exactly this key counts as this sandbox.
+//
+// Engine calls: one when this host verified the sandbox before (inspect by
+// id); otherwise a probe (ps, then inspect of what it found) before any
+// action, so a sandbox made elsewhere — by another host or by Hermes — is
+// found rather than duplicated.
+func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ephemeral {
+		res, err := s.ensureEphemeral(ctx)
+		if err == nil {
+			s.m.coldStart(ctx)
+		}
+		return res, err
+	}
+	res, err := s.ensure(ctx)
+	if err == nil {
+		writeMarker(s.m.c.StateDir, s.key.Hash(), marker{ID: res.ID, Network: res.network})
+		touchLastUse(s.m.c.StateDir, s.key.Hash())
+		if res.Action != Reused {
+			s.m.coldStart(ctx)
+		}
+	}
+	return res, err
+}
+
+// ensureBudget bounds how long Ensure keeps waiting for other processes
+// that are creating or starting the same sandbox.
+const ensureBudget = 90 * time.Second
+
+// youngCreate is how long a "created" container is taken for another
+// process's create in progress (run = create + start) rather than a
+// leftover, when its creator cannot be checked.
+const youngCreate = 20 * time.Second
+
+func (s *Sandbox) ensure(ctx context.Context) (Result, error) {
+	if mk, ok := readMarker(s.m.c.StateDir, s.key.Hash()); ok {
+		cs, err := s.m.c.Runtime.Inspect(ctx, mk.ID)
+		switch {
+		case err == nil && len(cs) == 1 && s.key.Owns(cs[0]):
+			res, done, err := s.activate(ctx, cs[0], true)
+			if done {
+				return res, err
+			}
+		case err != nil && !errors.Is(err, runtime.ErrNotFound):
+			return Result{}, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+		}
+		// Gone (or, impossibly, not it): find it by its labels.
+	}
+	deadline := time.Now().Add(ensureBudget)
+	for attempt := 1; ; attempt++ {
+		res, done, err := s.findOnce(ctx, time.Now().Before(deadline))
+		if done {
+			return res, err
+		}
+		if time.Now().After(deadline) {
+			return Result{}, fmt.Errorf("could not bring up sandbox %s: %w", s.name, err)
+		}
+		s.m.log.Debug("sandbox busy; looking again", "name", s.name, "reason", err)
+		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+			return Result{}, err
+		}
+	}
+}
+
+// findOnce probes for the sandbox and acts once: create it when absent,
+// else bring up what was found. done is false when another process is busy
+// with it (creating, starting, removing): the caller looks again.
+func (s *Sandbox) findOnce(ctx context.Context, patient bool) (Result, bool, error) {
+	c, found, err := s.probe(ctx)
+	if err != nil {
+		return Result{}, true, err
+	}
+	if !found {
+		id, err := s.create(ctx, s.name)
+		var nt *nameTaken
+		switch {
+		case err == nil:
+			s.id = id
+			return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning,
+				Action: Created, network: s.createdNetwork}, true, nil
+		case errors.As(err, &nt):
+			c = nt.c // lost the race: act on the winner the clash inspected
+		case errors.Is(err, runtime.ErrNameInUse):
+			return Result{}, false, err // gone again meanwhile
+		default:
+			return Result{}, true, err
+		}
+	}
+	return s.activate(ctx, c, patient)
+}
+
+// probe finds the key's sandbox: a ps on the labels Hermes filters on,
+// then one inspect of the matches for exact labels (docker's ps label
+// string is ambiguous) and the network mode. Hermes-made sandboxes whose
+// labels cannot identify the key are warned about once and left alone.
+func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
+	listed, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
+	if err != nil {
+		return runtime.Container{}, false, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+	}
+	if len(listed) == 0 {
+		return runtime.Container{}, false, nil
+	}
+	ids := make([]string, len(listed))
+	for i, c := range listed {
+		ids[i] = c.ID
+	}
+	full, err := s.m.c.Runtime.Inspect(ctx, ids...)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) { // one removed meanwhile is fine
+		return runtime.Container{}, false, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+	}
+	var cands []runtime.Container
+	for _, c := range full {
+		if c.Labels[LabelEphemeral] == "1" {
+			continue
+		}
+		if s.key.Matches(c.Labels) {
+			cands = append(cands, c)
+			continue
+		}
+		why := s.key.Adoptable(c)
+		switch {
+		case why == nil:
+			cands = append(cands, c)
+		case !errors.Is(why, ErrNotHermes) && !warnedOnce(s.m.c.StateDir, s.key.Hash(), c.ID):
+			s.m.c.Warn(fmt.Sprintf("the Hermes-made sandbox %s (%.12s) has this task's labels, but hsbx will not attach to it: %v; hsbx keeps its own sandbox %s next to it", c.Name, c.ID, why, s.name))
+		}
+	}
+	c, ok := pick(cands)
+	return c, ok, nil
+}
+
+// pick chooses among the key's containers: running first, then paused,
+// then any other; ties keep the engine's order (newest first).
+func pick(cs []runtime.Container) (runtime.Container, bool) {
+	rank := func(st runtime.State) int {
+		switch st {
+		case runtime.StateRunning:
+			return 0
+		case runtime.StatePaused:
+			return 1
+		case runtime.StateRestarting, runtime.StateStopping, runtime.StateUnknown:
+			return 2
+		case runtime.StateCreated, runtime.StateExited:
+			return 3
+		}
+		return 4
+	}
+	if len(cs) == 0 {
+		return runtime.Container{}, false
+	}
+	return slices.MinFunc(cs, func(a, b runtime.Container) int { return rank(a.State) - rank(b.State) }), true
+}
+
+// activate brings up c, a container verified to be the sandbox. done is
+// false when c is busy with another process or could not be brought up
+// and is out of the way now: the caller looks again.
+func (s *Sandbox) activate(ctx context.Context, c runtime.Container, patient bool) (Result, bool, error) {
+	if err := s.checkNetwork(c); err != nil {
+		return Result{}, true, err
+	}
+	rt := s.m.c.Runtime
+	switch c.State {
+	case runtime.StateRunning:
+		s.id = c.ID
+		return s.result(c, Reused), true, nil
+	case runtime.StatePaused:
+		if err := rt.Unpause(ctx, c.ID); err != nil {
+			return Result{}, true, fmt.Errorf("sandbox %s is paused and could not be unpaused (unpause it, or `hsbx down` it): %w", c.Name, err)
+		}
+		s.id, c.State = c.ID, runtime.StateRunning
+		return s.result(c, Started), true, nil
+	case runtime.StateCreated, runtime.StateExited:
+		young := !c.Created.IsZero() && time.Since(c.Created) < youngCreate
+		if c.State == runtime.StateCreated && young && patient && !creatorGone(c.Labels[LabelCreator]) {
+			// Another process's `run` is between create and start (or
+			// failing and about to clean up): let it finish.
+			return Result{}, false, fmt.Errorf("sandbox %s is being created by another process", c.Name)
+		}
+		err := rt.Start(ctx, c.ID)
+		if err == nil {
+			s.id, c.State = c.ID, runtime.StateRunning
+			return s.result(c, Started), true, nil
+		}
+		if errors.Is(err, runtime.ErrNotFound) {
+			return Result{}, false, err // vanished meanwhile: look again, then create
+		}
+		s.m.log.Warn("could not start the stopped sandbox; replacing it", "id", c.ID, "error", err)
+		if errors.Is(err, runtime.ErrNetworkSetup) {
+			s.m.markNoNetwork()
+		}
+		if rerr := s.removeIfStopped(ctx, c.ID); rerr != nil && !errors.Is(rerr, runtime.ErrNotFound) {
+			return Result{}, false, fmt.Errorf("sandbox %s would not start and could not be removed: %w", c.Name, rerr)
+		}
+		return Result{}, false, err
+	case runtime.StateDead:
+		if err := s.removeIfStopped(ctx, c.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return Result{}, false, fmt.Errorf("sandbox %s is dead and could not be removed: %w", c.Name, err)
+		}
+		return Result{}, false, fmt.Errorf("sandbox %s was dead", c.Name)
+	}
+	// restarting, removing, stopping, unknown: the engine is busy with it
+	return Result{}, false, fmt.Errorf("sandbox %s is %s", c.Name, c.State)
+}
+
+// checkNetwork fails closed when an air-gapped sandbox is asked for and
+// the existing one has a network (made before network = false was set, or
+// by a tool that ignored it). hsbx does not remove it: it may hold work.
+func (s *Sandbox) checkNetwork(c runtime.Container) error {
+	if s.spec.Network || c.NetworkMode == "none" {
+		return nil
+	}
+	return &SpecError{Setting: "network", Msg: fmt.Sprintf("network is off, but the existing sandbox %s (%.12s) has network mode %q; run `hsbx down --task %s` to replace it with an air-gapped one, or set network = true",
+		c.Name, c.ID, c.NetworkMode, s.key.Task)}
+}
+
+// backoff grows from ~50ms to ~1s, jittered so racing processes spread out.
+func backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 5)
+	if d > time.Second {
+		d = time.Second
+	}
+	var b [1]byte
+	_, _ = rand.Read(b[:])
+	return d/2 + time.Duration(int64(d/2)*int64(b[0])/255)
+}
+
+// removeIfStopped removes a stopped container without force, so a container
+// that came alive meanwhile survives.
+func (s *Sandbox) removeIfStopped(ctx context.Context, id string) error {
+	return s.m.c.Runtime.Remove(ctx, false, id)
+}
+
+func (s *Sandbox) ensureEphemeral(ctx context.Context) (Result, error) {
+	if s.id != "" {
+		return Result{ID: s.id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: Reused}, nil
+	}
+	id, err := s.create(ctx, s.name)
+	if err != nil {
+		return Result{}, err
+	}
+	s.id = id
+	return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: Created}, nil
+}
+
+// create runs the container. On any failure it removes exactly what this
+// attempt made (found by its nonce label, never by name: the name may
+// belong to another process's fresh sandbox by then).
+func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
+	host, err := s.m.hostFacts(ctx)
+	if err != nil {
+		return "", err
+	}
+	mounts, err := s.mounts()
+	if err != nil {
+		return "", err
+	}
+	spec := s.spec
+	spec.ImageInit = s.m.imageInit(ctx, spec.Image)
+	if host.NoNetwork && spec.Network && !spec.Explicit["network"] {
+		spec.Network = false // learned earlier: this engine cannot network here
+		s.m.c.Warn(noNetworkWarning(host))
+	}
+	warned := map[string]bool{}
+	for {
+		rs, warnings, err := BuildRun(s.key, name, spec, host, mounts, s.m.getenv)
+		if err != nil {
+			return "", err
+		}
+		for _, w := range warnings {
+			if !warned[w] {
+				warned[w] = true
+				s.m.c.Warn(w)
+			}
+		}
+		nonce := randomHex(8)
+		rs.Labels[LabelNonce] = nonce
+		if cr := creatorLabel(); cr != "" {
+			rs.Labels[LabelCreator] = cr
+		}
+		id, err := s.m.c.Runtime.Run(ctx, rs)
+		if err == nil {
+			s.createdNetwork = "any"
+			if !spec.Network {
+				s.createdNetwork = "none"
+			}
+			return id, nil
+		}
+		if errors.Is(err, runtime.ErrNameInUse) {
+			return "", s.checkNameOwner(ctx, name, err)
+		}
+		s.cleanupAttempt(ctx, nonce)
+		if spec.Network && !spec.Explicit["network"] && errors.Is(err, runtime.ErrNetworkSetup) {
+			s.m.markNoNetwork()
+			spec.Network = false
+			s.m.c.Warn(noNetworkWarning(host))
+			continue
+		}
+		return "", fmt.Errorf("creating sandbox %s: %w", name, err)
+	}
+}
+
+// checkNameOwner tells a lost creation race (the name's owner is this key's
+// sandbox) from a foreign container squatting on the name.
+func (s *Sandbox) checkNameOwner(ctx context.Context, name string, inUse error) error {
+	cs, err := s.m.c.Runtime.Inspect(ctx, name)
+	if err != nil || len(cs) == 0 {
+		return inUse // gone again: the caller looks once more
+	}
+	if !s.key.Matches(cs[0].Labels) {
+		return fmt.Errorf("%w: %s (id %.12s) has no hsbx.key=%s label; remove or rename it", ErrForeignName, name, cs[0].ID, s.key.Hash())
+	}
+	return &nameTaken{c: cs[0], err: inUse}
+}
+
+// nameTaken is a lost creation race with the winner already inspected, so
+// Ensure can act on it without listing again.
+type nameTaken struct {
+	c   runtime.Container
+	err error
+}
+
+func (e *nameTaken) Error() string { return e.err.Error() }
+func (e *nameTaken) Unwrap() error { return e.err }
+
+func noNetworkWarning(h Host) string {
+	return fmt.Sprintf("%s cannot set up networking here (rootless, no /dev/net/tun?): default network left off, sandbox runs with --network none", h.Dialect)
+}
+
+// cleanupAttempt removes the containers one failed create left behind.
+func (s *Sandbox) cleanupAttempt(ctx context.Context, nonce string) {
+	ctx = context.WithoutCancel(ctx)
+	cs, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: []string{LabelNonce + "=" + nonce}})
+	if err != nil {
+		s.m.log.Warn("could not check for a half-made sandbox", "nonce", nonce, "error", err)
+		return
+	}
+	var ids []string
+	for _, c := range cs {
+		if c.Labels[LabelNonce] == nonce && !c.State.Alive() {
+			ids = append(ids, c.ID)
+		}
+	}
+	if err := s.m.c.Runtime.Remove(ctx, false, ids...); err != nil {
+		s.m.c.Warn(fmt.Sprintf("a failed create left container(s) %s behind and they could not be removed: %v", strings.Join(ids, " "), err))
+	}
+}
+
+// mounts makes the per-key persistent dirs: Hermes's layout under
+// SandboxDir (TERMINAL_SANDBOX_DIR) when set, so both tools see the same
+// files for a task, else hsbx's own under the state dir.
+func (s *Sandbox) mounts() (Mounts, error) {
+	m := Mounts{CallerCwd: s.m.c.Cwd}
+	if !s.spec.Persistent {
+		return m, nil
+	}
+	var base string
+	switch {
+	case s.spec.SandboxDir != "":
+		base = filepath.Join(s.spec.SandboxDir, "docker", SandboxDirName(s.key.Task))
+	case s.m.c.StateDir != "":
+		base = filepath.Join(s.m.c.StateDir, "sandboxes", s.key.Hash())
+	default:
+		return m, errors.New("persistent sandboxes need a state directory ($XDG_STATE_HOME or HOME)")
+	}
+	m.Workspace, m.Home = filepath.Join(base, "workspace"), filepath.Join(base, "home")
+	for _, d := range []string{m.Workspace, m.Home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return m, fmt.Errorf("persistent sandbox dir: %w", err)
+		}
+	}
+	return m, nil
+}

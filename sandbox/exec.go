@@ -1,0 +1,343 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// Command is one command to run in a sandbox.
+type Command struct {
+	Argv    []string
+	WorkDir string
+	// Env: literal values; the names go on argv, the values through the
+	// engine client's environment. Names that steer the engine client
+	// (DOCKER_HOST, PATH, LD_PRELOAD, ...) and HSBX_EXEC_ID are refused.
+	Env map[string]string
+	// Interactive keeps stdin open (-i); a non-nil Stdin implies it.
+	Interactive bool
+	TTY         bool
+	Stdin       io.Reader
+	// Stdout and Stderr receive the command's output. When a write fails
+	// (a closed pipe), the command is stopped in the sandbox and Exec
+	// returns an *InterruptedError whose Cause is a *WriterError.
+	Stdout io.Writer
+	Stderr io.Writer
+	// Timeout kills the command (in the sandbox, not only the client)
+	// after this long; 0 = none.
+	Timeout time.Duration
+}
+
+// ExecIDVar marks every process a command starts (the variable is
+// inherited), so the whole tree can be found and killed in the sandbox.
+// It is reserved: a Command.Env entry for it is refused.
+const ExecIDVar = "HSBX_EXEC_ID"
+
+// ErrTimeout is returned (wrapped in *InterruptedError) when Command.Timeout fired.
+var ErrTimeout = errors.New("command timed out")
+
+// WriterError says the command's output could not be delivered: the
+// reader went away (a broken pipe) or the writer failed.
+type WriterError struct {
+	Stream string // "stdout" or "stderr"
+	Err    error
+}
+
+func (e *WriterError) Error() string {
+	return fmt.Sprintf("writing the command's %s failed: %v", e.Stream, e.Err)
+}
+func (e *WriterError) Unwrap() error { return e.Err }
+
+// InterruptedError says the command was stopped before it finished, by
+// its timeout, the caller's context (a signal) or a failed writer; its
+// processes in the sandbox were killed (Killed) or could not be (KillErr).
+type InterruptedError struct {
+	Cause   error // ErrTimeout, a *WriterError, or the context's cause
+	Killed  int   // processes killed in the sandbox
+	KillErr error
+}
+
+func (e *InterruptedError) Error() string {
+	msg := fmt.Sprintf("command interrupted: %v; killed %d process(es) in the sandbox", e.Cause, e.Killed)
+	if e.KillErr != nil {
+		msg = fmt.Sprintf("command interrupted: %v; its processes in the sandbox could not be killed: %v", e.Cause, e.KillErr)
+	}
+	return msg
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Cause }
+
+// Exec runs c in the sandbox and returns the command's exit status.
+//
+// Warm, it is one engine call: the command is run in the container this
+// host verified for the key, addressed by id (a name can be squatted, an
+// id cannot). Otherwise the sandbox is ensured (and verified) first.
+//
+// A command runs at most once. When the exec fails with what reads like
+// the engine saying the container is missing, stopped or paused, hsbx asks
+// the engine (one inspect): if the sandbox is running after all, the words
+// were the command's own, and its stderr and exit status are delivered
+// unchanged; only if it really is not up is it ensured and the command run.
+func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
+	env, err := s.m.execEnv(c.Env)
+	if err != nil {
+		return -1, err
+	}
+	target := s.warmTarget()
+	for attempt := 0; ; attempt++ {
+		if target == "" {
+			res, err := s.Ensure(ctx)
+			if err != nil {
+				return -1, err
+			}
+			target = res.ID
+		}
+		code, err := s.execOnce(ctx, target, c, env)
+		if !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) && !errors.Is(err, runtime.ErrPaused) {
+			return code, err
+		}
+		up, cerr := s.running(ctx, target)
+		if cerr != nil {
+			return code, fmt.Errorf("%w (and asking the engine whether sandbox %s is up failed: %v)", err, s.name, cerr)
+		}
+		if up {
+			// The engine's words came from the command: its stderr and
+			// status are its own.
+			var ee *runtime.EngineError
+			if errors.As(err, &ee) && c.Stderr != nil && len(ee.Held) > 0 {
+				_, _ = c.Stderr.Write(ee.Held)
+			}
+			return code, nil
+		}
+		if attempt > 0 {
+			return code, err
+		}
+		s.m.log.Debug("sandbox not up; ensuring it", "id", target, "error", err)
+		s.forget(target)
+		target = ""
+	}
+}
+
+// warmTarget is the id of the container this host verified for the key
+// ("" when none: Exec ensures first).
+func (s *Sandbox) warmTarget() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id != "" || s.ephemeral {
+		return s.id
+	}
+	mk, ok := readMarker(s.m.c.StateDir, s.key.Hash())
+	if !ok || (!s.spec.Network && mk.Network != "none") {
+		return "" // never verified here, or not under the network posture asked for
+	}
+	return mk.ID
+}
+
+// forget drops a verified id that the engine says is gone or down, here
+// and in the host's marker, so Ensure looks for the sandbox afresh.
+func (s *Sandbox) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id == id {
+		s.id = ""
+	}
+	if mk, ok := readMarker(s.m.c.StateDir, s.key.Hash()); ok && mk.ID == id && !s.ephemeral {
+		removeMarker(s.m.c.StateDir, s.key.Hash())
+	}
+}
+
+// running asks the engine whether the container id is this sandbox and up.
+func (s *Sandbox) running(ctx context.Context, id string) (bool, error) {
+	cs, err := s.m.c.Runtime.Inspect(ctx, id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return len(cs) == 1 && s.key.Owns(cs[0]) && cs[0].State == runtime.StateRunning, nil
+}
+
+// execEnv checks a command's environment: the marker name is reserved and
+// a value that would steer the engine client is refused (values travel in
+// the client's environment).
+func (m *Manager) execEnv(env map[string]string) (map[string]string, error) {
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range out {
+		if !validEnvName(k) {
+			return nil, &SpecError{Setting: "env", Msg: fmt.Sprintf("%q is not a valid variable name", k)}
+		}
+		if k == ExecIDVar {
+			return nil, &SpecError{Setting: "env", Msg: ExecIDVar + " is reserved: hsbx marks each command's processes with it to stop them on a timeout or signal"}
+		}
+		if err := m.checkClientVar(k, v); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// livenessDelay is how long a command may stay silent before hsbx checks,
+// once, that the engine still answers (a hung engine otherwise hangs exec
+// forever; a long silent command is fine once the engine has answered).
+const livenessDelay = 2 * time.Second
+
+// errEngineHung is the cause of an exec stopped because the engine did not
+// answer the liveness check.
+type errEngineHung struct{ err error }
+
+func (e *errEngineHung) Error() string {
+	return fmt.Sprintf("the engine stopped answering while the command was starting: %v", e.err)
+}
+func (e *errEngineHung) Unwrap() error { return e.err }
+
+func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env map[string]string) (int, error) {
+	if !s.ephemeral {
+		release := holdInUse(s.m.c.StateDir, s.key.Hash())
+		defer release()
+		touchLastUse(s.m.c.StateDir, s.key.Hash())
+	}
+	token := randomHex(12)
+	env = maps.Clone(env)
+	env[ExecIDVar] = token // the marker always wins
+	execCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if c.Timeout > 0 {
+		var tcancel context.CancelFunc
+		execCtx, tcancel = context.WithTimeoutCause(execCtx, c.Timeout, ErrTimeout)
+		defer tcancel()
+	}
+	var alive atomic.Bool // the engine has shown life (output arrived)
+	spec := runtime.ExecSpec{
+		ID: target, Cmd: c.Argv, WorkDir: c.WorkDir, Env: env,
+		Interactive: c.Interactive || c.Stdin != nil, TTY: c.TTY, Stdin: c.Stdin,
+		Stdout: watch(c.Stdout, "stdout", c.TTY, &alive, cancel),
+		Stderr: watch(c.Stderr, "stderr", c.TTY, &alive, cancel),
+	}
+	if s.spec.RunAsHostUser {
+		spec.User = fmt.Sprintf("%d:%d", s.m.c.UID, s.m.c.GID)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.checkEngine(execCtx, target, &alive, cancel) }()
+	code, err := s.m.c.Runtime.Exec(execCtx, spec)
+	interrupted, cause := execCtx.Err() != nil, context.Cause(execCtx)
+	cancel(nil) // ends the liveness check
+	wg.Wait()
+	var hung *errEngineHung
+	switch {
+	case !interrupted:
+		return code, err
+	case errors.As(cause, &hung):
+		return -1, hung
+	}
+	// The client was stopped; the command's processes live on in the
+	// sandbox (the engine does not stop them). Kill them by their marker,
+	// within one engine call's time.
+	ie := &InterruptedError{Cause: cause}
+	killCtx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), s.m.c.Runtime.CallTimeout()+time.Second)
+	defer kcancel()
+	ie.Killed, ie.KillErr = s.killMarked(killCtx, target, token)
+	return -1, ie
+}
+
+// checkEngine waits livenessDelay; if the command has shown no output by
+// then, it asks the engine once (an inspect, bounded by the engine
+// timeout). An engine that does not answer stops the exec.
+func (s *Sandbox) checkEngine(ctx context.Context, target string, alive *atomic.Bool, stop context.CancelCauseFunc) {
+	delay := s.m.c.LivenessDelay
+	if delay == 0 {
+		delay = livenessDelay
+	}
+	if delay < 0 || sleepCtx(ctx, delay) != nil || alive.Load() {
+		return
+	}
+	_, err := s.m.c.Runtime.Inspect(ctx, target)
+	if ctx.Err() != nil {
+		return
+	}
+	if errors.Is(err, runtime.ErrTimeout) || errors.Is(err, runtime.ErrUnreachable) {
+		stop(&errEngineHung{err: err})
+	}
+}
+
+// watch wraps a command's output writer: the first write marks the engine
+// alive, and a failed write stops the command (cause *WriterError). A
+// terminal is handed to the client as it is (it needs the real device).
+func watch(w io.Writer, stream string, tty bool, alive *atomic.Bool, stop context.CancelCauseFunc) io.Writer {
+	if w == nil || tty {
+		return w
+	}
+	return &watchWriter{w: w, stream: stream, alive: alive, stop: stop}
+}
+
+type watchWriter struct {
+	w      io.Writer
+	stream string
+	alive  *atomic.Bool
+	stop   context.CancelCauseFunc
+	failed atomic.Bool
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	w.alive.Store(true)
+	if w.failed.Load() {
+		return len(p), nil // already stopping: drop the rest
+	}
+	n, err := w.w.Write(p)
+	if err != nil {
+		w.failed.Store(true)
+		w.stop(&WriterError{Stream: w.stream, Err: err})
+		return len(p), nil // let the client be stopped by the cancel, not by a pipe
+	}
+	return n, nil
+}
+
+// killScript kills every process whose environment holds HSBX_EXEC_ID=$1.
+// It needs /bin/sh, tr and grep in the image (busybox and every distro
+// image have them).
+const killScript = `t="HSBX_EXEC_ID=$1"; n=0
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  [ "$p" = "$$" ] && continue
+  if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF "$t"; then kill -9 "$p" 2>/dev/null && n=$((n+1)); fi
+done
+echo "$n"`
+
+func (s *Sandbox) killMarked(ctx context.Context, target, token string) (int, error) {
+	var out, errb strings.Builder
+	spec := runtime.ExecSpec{ID: target, Cmd: []string{"sh", "-c", killScript, "hsbx-kill", token}, Stdout: &out, Stderr: &errb,
+		Timeout: s.m.c.Runtime.CallTimeout()}
+	if s.spec.RunAsHostUser {
+		spec.User = fmt.Sprintf("%d:%d", s.m.c.UID, s.m.c.GID)
+	}
+	code, err := s.m.c.Runtime.Exec(ctx, spec)
+	if err != nil {
+		return 0, err
+	}
+	if code != 0 {
+		return 0, fmt.Errorf("the kill command exited %d in the sandbox (it needs sh, tr and grep): %s", code, clip(errb.String(), 200))
+	}
+	var n int
+	fmt.Sscan(out.String(), &n)
+	return n, nil
+}
+
+func clip(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
+}

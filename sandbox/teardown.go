@@ -1,0 +1,150 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// Stop stops the sandbox and keeps its filesystem. It reports whether
+// there was one to stop.
+func (s *Sandbox) Stop(ctx context.Context) (bool, error) {
+	cs, err := s.containers(ctx)
+	if err != nil || len(cs) == 0 {
+		return false, err
+	}
+	for _, c := range cs {
+		if c.State.Alive() {
+			if err := s.m.c.Runtime.Stop(ctx, c.ID, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				return true, fmt.Errorf("stopping sandbox %s: %w", c.Name, err)
+			}
+		}
+	}
+	return true, nil
+}
+
+// Down stops and removes every container of the key (hsbx-made, or made
+// by Hermes for exactly this key), whatever the mode, then checks with the
+// engine that they are gone. It returns the removed containers.
+func (s *Sandbox) Down(ctx context.Context) ([]runtime.Container, error) {
+	cs, err := s.containers(ctx)
+	if err != nil || len(cs) == 0 {
+		return nil, err
+	}
+	if err := s.removeAll(ctx, cs); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.id = ""
+	s.mu.Unlock()
+	removeMarker(s.m.c.StateDir, s.key.Hash())
+	return cs, nil
+}
+
+// Squatter returns the container that holds the sandbox's derived name
+// without being the sandbox, if any (one engine call). Teardown never
+// touches it; callers say so.
+func (s *Sandbox) Squatter(ctx context.Context) (runtime.Container, bool) {
+	cs, err := s.m.c.Runtime.Inspect(ctx, s.name)
+	if err != nil || len(cs) != 1 || s.key.Matches(cs[0].Labels) {
+		return runtime.Container{}, false
+	}
+	return cs[0], true
+}
+
+// removeAll stops (gracefully: the --init process forwards SIGTERM) and
+// removes cs, then verifies.
+func (s *Sandbox) removeAll(ctx context.Context, cs []runtime.Container) error {
+	var ids, alive []string
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+		if c.State.Alive() {
+			alive = append(alive, c.ID)
+		}
+	}
+	for _, id := range alive {
+		if err := s.m.c.Runtime.Stop(ctx, id, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			s.m.log.Warn("stop failed; removing by force", "id", id, "error", err)
+		}
+	}
+	if err := s.m.c.Runtime.Remove(ctx, true, ids...); err != nil {
+		return fmt.Errorf("removing sandbox %s: %w", s.name, err)
+	}
+	left, err := s.m.c.Runtime.Inspect(ctx, ids...)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return fmt.Errorf("checking sandbox %s is gone: %w", s.name, err)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("removing sandbox %s: the engine reported success but %d container(s) remain", s.name, len(left))
+	}
+	return nil
+}
+
+// containers lists the key's containers, labels checked from inspect (the
+// handle's own, for a per-process sandbox).
+func (s *Sandbox) containers(ctx context.Context) ([]runtime.Container, error) {
+	s.mu.Lock()
+	ephemeral, id := s.ephemeral, s.id
+	s.mu.Unlock()
+	if ephemeral {
+		if id == "" {
+			return nil, nil
+		}
+		cs, err := s.m.c.Runtime.Inspect(ctx, id)
+		if errors.Is(err, runtime.ErrNotFound) {
+			err = nil
+		}
+		return cs, err
+	}
+	listed, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
+	if err != nil || len(listed) == 0 {
+		if err != nil {
+			err = fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+		}
+		return nil, err
+	}
+	ids := make([]string, len(listed))
+	for i, c := range listed {
+		ids[i] = c.ID
+	}
+	full, err := s.m.c.Runtime.Inspect(ctx, ids...)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return nil, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+	}
+	var out []runtime.Container
+	for _, c := range full {
+		if s.key.Owns(c) && c.Labels[LabelEphemeral] != "1" {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// Close ends this handle's use of the sandbox. In persist mode that is a
+// no-op: the sandbox keeps running for the next process. A per-process
+// sandbox is stopped and removed, even when ctx is already cancelled (a
+// signal), within a bounded time.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	ephemeral, id := s.ephemeral, s.id
+	s.mu.Unlock()
+	if !ephemeral || id == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.m.c.StopGrace+30*time.Second)
+	defer cancel()
+	cs, err := s.containers(ctx)
+	if err != nil || len(cs) == 0 {
+		return err
+	}
+	if err := s.removeAll(ctx, cs); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.id = ""
+	s.mu.Unlock()
+	return nil
+}
