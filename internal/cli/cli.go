@@ -32,9 +32,9 @@ var Version = "0.1.0-dev"
 
 // Exit codes. `hsbx exec` passes its command's own status through.
 const (
-	ExitOK      = 0
-	ExitError   = 1   // an error not covered below
-	ExitUsage   = 2   // bad flags, arguments or configuration; nothing was done
+	ExitOK         = 0
+	ExitError      = 1   // an error not covered below
+	ExitUsage      = 2   // bad flags, arguments or configuration; nothing was done
 	ExitTimeout    = 124 // exec --timeout fired; the command's processes were killed
 	ExitEngine     = 125 // no usable engine, engine unreachable or failing
 	ExitBrokenPipe = 141 // exec's output reader went away (128+SIGPIPE); the command was stopped
