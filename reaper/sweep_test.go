@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,7 +99,21 @@ func TestSweepOnEveryEngine(t *testing.T) {
 	}
 }
 
+// TestIdleSweepSparesALiveHolder: a running sandbox with a command in
+// flight is never idle-reaped, whether the sweep runs on the host that
+// started the command (its in-use lock) or on another host, another user or
+// a program with its own state dir (the engine's live exec sessions).
 func TestIdleSweepSparesALiveHolder(t *testing.T) {
+	for _, otherHost := range []bool{false, true} {
+		name := "same-host"
+		if otherHost {
+			name = "other-host"
+		}
+		t.Run(name, func(t *testing.T) { idleSweepSparesBusy(t, otherHost) })
+	}
+}
+
+func idleSweepSparesBusy(t *testing.T, otherHost bool) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -121,9 +136,13 @@ func TestIdleSweepSparesALiveHolder(t *testing.T) {
 			execCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() { busy.Exec(execCtx, sandbox.Command{Argv: []string{"sleep", "60"}}); close(done) }()
-			time.Sleep(1500 * time.Millisecond) // the exec holds the in-use lock by now
+			time.Sleep(1500 * time.Millisecond) // the exec runs by now
 
-			sw := &reaper.Sweeper{RT: rt, StateDir: tg.StateDir, StopGrace: 2 * time.Second}
+			stateDir := tg.StateDir
+			if otherHost {
+				stateDir = t.TempDir() // knows nothing of this host's locks or uses
+			}
+			sw := &reaper.Sweeper{RT: rt, StateDir: stateDir, StopGrace: 2 * time.Second}
 			rep, err := sw.Sweep(ctx, reaper.Options{Profile: profile, MaxAge: time.Hour, Idle: time.Millisecond, Now: time.Now()}, false)
 			cancel()
 			<-done
@@ -135,7 +154,7 @@ func TestIdleSweepSparesALiveHolder(t *testing.T) {
 			}
 			kept := false
 			for _, k := range rep.Kept {
-				kept = kept || (k.ID == busyRes.ID && k.Reason == "running, in use by a live hsbx process")
+				kept = kept || (k.ID == busyRes.ID && strings.HasPrefix(k.Reason, "running, in use"))
 			}
 			if !kept {
 				t.Errorf("busy sandbox not kept as in use: %+v", rep.Kept)

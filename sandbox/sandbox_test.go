@@ -64,6 +64,14 @@ func (e *env) manager(environ ...string) *sandbox.Manager {
 	})
 }
 
+// openWith opens the target's engine with extra client environment (fake
+// engine knobs), logging calls to the same argv log.
+func (e *env) openWith(environ []string) runtime.Runtime {
+	tg := e.tg
+	tg.Env = append(append([]string{}, tg.Env...), environ...)
+	return tg.OpenWith(e.t, &proc.Runner{Log: slog.New(e.log)})
+}
+
 func (e *env) spec() sandbox.Spec {
 	s := sandbox.DefaultSpec()
 	s.Image = e.tg.Image

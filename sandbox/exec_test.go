@@ -1,0 +1,81 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// brokenPipe fails every write, as a pipe whose reader went away does.
+type brokenPipe struct{ writes int }
+
+func (b *brokenPipe) Write(p []byte) (int, error) { b.writes++; return 0, syscall.EPIPE }
+
+// When the reader goes away, the command is stopped in the sandbox and
+// Exec says the writer failed (it used to return 141 with no error while
+// the command ran on).
+func TestFailedWriterStopsTheCommand(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb := e.manager().Sandbox(e.key("pipe"), e.spec())
+		if _, err := sb.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := &brokenPipe{}
+		_, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo first; sleep 303"}, Stdout: w})
+		var ie *sandbox.InterruptedError
+		var we *sandbox.WriterError
+		if !errors.As(err, &ie) || !errors.As(err, &we) || !errors.Is(err, syscall.EPIPE) || ie.KillErr != nil || ie.Killed < 1 {
+			t.Fatalf("Exec with a broken stdout: %v", err)
+		}
+		var ps bytes.Buffer
+		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"ps"}, Stdout: &ps}); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(ps.String(), "sleep 303") {
+			t.Errorf("the command runs on after its reader went away:\n%s", ps.String())
+		}
+	})
+}
+
+// A non-nil Stdin is passed to the command without Interactive.
+func TestStdinIsPassed(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		var out bytes.Buffer
+		code, err := e.manager().Sandbox(e.key("stdin"), e.spec()).Exec(context.Background(),
+			sandbox.Command{Argv: []string{"cat"}, Stdin: strings.NewReader("fed in\n"), Stdout: &out})
+		if err != nil || code != 0 || out.String() != "fed in\n" {
+			t.Fatalf("cat with Stdin: %d %v %q", code, err, out.String())
+		}
+	})
+}
+
+// Command env: values verbatim (commas, =); names that steer the engine
+// client and the kill marker refused before any engine call.
+func TestCommandEnv(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb := e.manager().Sandbox(e.key("env"), e.spec())
+		var out bytes.Buffer
+		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo [$X]"}, Env: map[string]string{"X": "a,b=c"}, Stdout: &out})
+		if err != nil || code != 0 || out.String() != "[a,b=c]\n" {
+			t.Fatalf("env with a comma: %d %v %q", code, err, out.String())
+		}
+		e.log.reset()
+		for _, name := range []string{"DOCKER_HOST", "CONTAINER_HOST", "PATH", "LD_PRELOAD", "HSBX_EXEC_ID"} {
+			_, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}, Env: map[string]string{name: "tcp://evil:1"}})
+			var se *sandbox.SpecError
+			if !errors.As(err, &se) || !strings.Contains(err.Error(), name) {
+				t.Errorf("env %s accepted: %v", name, err)
+			}
+		}
+		if len(e.log.all()) != 0 {
+			t.Errorf("refused env still reached the engine: %v", e.log.all())
+		}
+	})
+}
