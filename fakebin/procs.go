@@ -35,6 +35,12 @@ func (f *fake) runExec(c *Container, cmd []string, wd string, env []string) int 
 	if f.env["FAKEENGINE_EXEC_INPROCESS"] == "1" {
 		return f.shell(c, cmd, wd, env)
 	}
+	// clients.log: the pid of every exec client (this process), for tests
+	// that check the client dies with its parent.
+	if lf, err := os.OpenFile(f.st.path("clients.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		fmt.Fprintln(lf, os.Getpid())
+		lf.Close()
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return f.fail(err)

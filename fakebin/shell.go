@@ -104,6 +104,16 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 	case "pwd":
 		fmt.Fprintln(out, s.wd)
 		return 0, false
+	case "yes":
+		line := "y"
+		if len(cmd) > 1 {
+			line = strings.Join(cmd[1:], " ")
+		}
+		for {
+			if _, err := fmt.Fprintln(out, line); err != nil {
+				return 141, true // killed by SIGPIPE, as the real yes is
+			}
+		}
 	case "hostname":
 		fmt.Fprintln(out, s.c.ID[:12])
 		return 0, false
@@ -293,4 +303,4 @@ func (s *miniShell) ps(out io.Writer) int {
 
 // builtins are the programs the fake image has (busybox-like: no bash).
 var builtins = map[string]bool{"true": true, "false": true, "echo": true, "cat": true, "env": true,
-	"printenv": true, "pwd": true, "hostname": true, "id": true, "sleep": true, "sh": true, "ps": true}
+	"printenv": true, "pwd": true, "hostname": true, "id": true, "sleep": true, "sh": true, "ps": true, "yes": true}

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,6 +53,8 @@ func TestScripts(t *testing.T) {
 			"exits":        exits,
 			"stdout-uniq":  stdoutUniq,
 			"await":        await,
+			"runproc":      runproc,
+			"client-gone":  clientGone,
 		},
 	})
 }
@@ -167,4 +172,121 @@ func linkBin(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(os.Symlink(target, filepath.Join(dir, name)))
 	}
 	fmt.Fprintf(ts.Stdout(), "linked %s into %s\n", strings.Join(args[1:], " "), dir)
+}
+
+// runproc [-await FILE=REGEXP] [-signal SIG] [-head N] WANT CMD [ARG...]:
+// run CMD as a child process of its own (for what testscript's exec cannot
+// do) and require exit status WANT. -signal sends TERM, QUIT, HUP, INT or
+// KILL once -await's file matches; -head makes CMD's stdout a pipe that is
+// closed after N lines, as `CMD | head -N` does. CMD's output is then
+// checked by stdout and stderr as usual.
+func runproc(ts *testscript.TestScript, neg bool, args []string) {
+	var awaitArg, sigName string
+	head := -1
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && len(args) > 1 {
+		switch args[0] {
+		case "-await":
+			awaitArg = args[1]
+		case "-signal":
+			sigName = args[1]
+		case "-head":
+			head, _ = strconv.Atoi(args[1])
+		default:
+			ts.Fatalf("runproc: unknown flag %s", args[0])
+		}
+		args = args[2:]
+	}
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: runproc [-await FILE=REGEXP] [-signal SIG] [-head N] WANT CMD [ARG...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	path, err := exec.LookPath(filepath.Join(ts.Getenv("FAKEBIN"), args[1]))
+	ts.Check(err)
+	cmd := exec.Command(path, args[2:]...)
+	cmd.Dir = ts.MkAbs(".")
+	for _, k := range []string{"PATH", "HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "FAKEENGINE_DIR", "HSBX_KNOWN_PATHS", "WORK", "FAKEBIN", "TMPDIR"} {
+		if v := ts.Getenv(k); v != "" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	for _, kv := range strings.Fields(ts.Getenv("RUNPROC_ENV")) {
+		cmd.Env = append(cmd.Env, kv)
+	}
+	var stdout, stderr strings.Builder
+	cmd.Stderr = &stderr
+	var pipe io.ReadCloser
+	if head >= 0 {
+		pipe, err = cmd.StdoutPipe()
+		ts.Check(err)
+	} else {
+		cmd.Stdout = &stdout
+	}
+	ts.Check(cmd.Start())
+	if head >= 0 {
+		r := bufio.NewReader(pipe)
+		for i := 0; i < head; i++ {
+			line, err := r.ReadString('\n')
+			stdout.WriteString(line)
+			if err != nil {
+				break
+			}
+		}
+		pipe.Close() // the reader goes away
+	}
+	if sigName != "" {
+		if awaitArg != "" {
+			file, re, _ := strings.Cut(awaitArg, "=")
+			await(ts, false, []string{file, re})
+		}
+		sig := map[string]syscall.Signal{"TERM": syscall.SIGTERM, "QUIT": syscall.SIGQUIT, "HUP": syscall.SIGHUP,
+			"INT": syscall.SIGINT, "KILL": syscall.SIGKILL}[sigName]
+		if sig == 0 {
+			ts.Fatalf("runproc: unknown signal %s", sigName)
+		}
+		ts.Check(cmd.Process.Signal(sig))
+	}
+	err = cmd.Wait()
+	got := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("runproc: %v", err)
+		}
+		got = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			got = 128 + int(ws.Signal())
+		}
+	}
+	fmt.Fprint(ts.Stdout(), stdout.String())
+	fmt.Fprint(ts.Stderr(), stderr.String())
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+	}
+}
+
+// client-gone: every engine client that ran an exec (as the fake engine
+// recorded them) has exited (waits up to 10s).
+func clientGone(ts *testscript.TestScript, neg bool, args []string) {
+	b, err := os.ReadFile(filepath.Join(ts.Getenv("FAKEENGINE_DIR"), "clients.log"))
+	ts.Check(err)
+	pids := strings.Fields(string(b))
+	if len(pids) == 0 {
+		ts.Fatalf("client-gone: no exec client recorded")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range pids {
+		for {
+			st, err := os.ReadFile("/proc/" + p + "/stat")
+			s := string(st)
+			i := strings.LastIndexByte(s, ')')
+			if err != nil || (i > 0 && i+2 < len(s) && s[i+2] == 'Z') {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("engine client %s still runs after hsbx was killed", p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }

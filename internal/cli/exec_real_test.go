@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hsbx/hsbx/internal/enginetest"
+)
+
+// cliTarget is an engine for `hsbx` invocations: its environment points
+// hsbx at it, with a state dir of its own.
+func cliTargets(t *testing.T) []struct {
+	enginetest.Target
+	environ []string
+} {
+	var out []struct {
+		enginetest.Target
+		environ []string
+	}
+	for _, tg := range enginetest.Targets(t) {
+		dir := t.TempDir()
+		state := tg.StateDir
+		if state == "" {
+			state = dir
+		}
+		xdg := dir
+		if tg.Rootless {
+			xdg = "" // the rootless engine reads XDG_CONFIG_HOME too: hsbx falls back to HOME, the wrapper gives podman its own
+		}
+		environ := append(append([]string{}, tg.Env...), "HSBX_RUNTIME="+tg.Bin, "HOME="+dir, "XDG_CONFIG_HOME="+xdg,
+			"XDG_CACHE_HOME="+xdg, "XDG_STATE_HOME="+state, "TERMINAL_DOCKER_IMAGE="+tg.Image, "TERMINAL_DOCKER_NETWORK=false",
+			"HSBX_PROFILE=hsbx-clitest", "TERMINAL_DOCKER_ORPHAN_REAPER=false")
+		out = append(out, struct {
+			enginetest.Target
+			environ []string
+		}{tg, environ})
+	}
+	return out
+}
+
+// firstThenEPIPE takes one write, then fails as a pipe whose reader left.
+type firstThenEPIPE struct {
+	bytes.Buffer
+	n int
+}
+
+func (w *firstThenEPIPE) Write(p []byte) (int, error) {
+	if w.n++; w.n > 1 {
+		return 0, syscall.EPIPE
+	}
+	return w.Buffer.Write(p)
+}
+
+// `hsbx exec -- yes | head -1` on every engine: exit 141, yes stopped in
+// the sandbox. And -e values are verbatim (commas, =).
+func TestExecBrokenPipeAndEnvRealEngines(t *testing.T) {
+	for _, tg := range cliTargets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			task := "pipe-" + filepath.Base(t.TempDir())
+			t.Cleanup(func() { runMain(t, tg.environ, "down", "--task", task) })
+			if code, _, errOut := runMain(t, tg.environ, "up", "--task", task); code != 0 {
+				t.Fatalf("up: %d %s", code, errOut)
+			}
+			w := &firstThenEPIPE{}
+			var errb bytes.Buffer
+			code := Main(context.Background(), Env{Args: []string{"exec", "--task", task, "--", "yes"}, Environ: tg.environ, Stdout: w, Stderr: &errb})
+			if code != ExitBrokenPipe || !strings.HasPrefix(w.String(), "y\n") {
+				t.Fatalf("exec yes into a closed pipe: exit %d, stdout %q, stderr %s", code, w.String(), errb.String())
+			}
+			code, out, errOut := runMain(t, tg.environ, "exec", "--task", task, "--", "ps")
+			if code != 0 || strings.Contains(out, "yes") {
+				t.Errorf("after the broken pipe (exit %d %s), ps shows:\n%s", code, errOut, out)
+			}
+			code, out, errOut = runMain(t, append(tg.environ, "b=LEAKED"), "exec", "--task", task, "-e", "X=a,b", "-e", "Y=k=v,w", "--", "sh", "-c", "echo [$X] [$Y] [$b]")
+			if code != 0 || out != "[a,b] [k=v,w] []\n" {
+				t.Errorf("-e with commas: exit %d, %q %s", code, out, errOut)
+			}
+		})
+	}
+}
+
+// An engine endpoint that accepts and never answers: exec exits 125 with
+// one line within the engine timeout (twice: the liveness check waits a
+// moment first), instead of hanging forever.
+func TestExecHungEngineRealEngines(t *testing.T) {
+	for _, tg := range cliTargets(t) {
+		if tg.Fake || tg.Rootless {
+			continue // the fakes: exec_hung_engine.txtar; rootless podman is driven through a wrapper that resets the endpoint
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			task := "hung-" + filepath.Base(t.TempDir())
+			t.Cleanup(func() { runMain(t, tg.environ, "down", "--task", task) })
+			if code, _, errOut := runMain(t, tg.environ, "up", "--task", task); code != 0 {
+				t.Fatalf("up: %d %s", code, errOut)
+			}
+			sock := filepath.Join(t.TempDir(), "hung.sock")
+			l, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			var held []net.Conn
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					held = append(held, c) // accept, never answer
+				}
+			}()
+			endpoint := "DOCKER_HOST=unix://" + sock
+			if tg.Dialect() == "podman" {
+				endpoint = "CONTAINER_HOST=unix://" + sock
+			}
+			code, _, errOut := runMain(t, append(tg.environ, endpoint), "--engine-timeout", "2s", "exec", "--task", task, "--", "true")
+			lines := strings.Split(strings.TrimSpace(errOut), "\n")
+			if code != ExitEngine || !strings.Contains(lines[0], "stopped answering") || !strings.Contains(lines[0], "no answer after 2s") {
+				t.Fatalf("exec against a hung engine: exit %d, stderr:\n%s", code, errOut)
+			}
+		})
+	}
+}
