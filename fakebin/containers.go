@@ -454,13 +454,14 @@ func networkMode(c *Container, dialect string) string {
 	return "default"
 }
 
-// execIDs lists the container's live exec sessions: docker prints null,
-// podman [] when there are none (measured).
+// execIDs lists the container's exec sessions: the live ones, and on
+// podman those that failed to start; docker prints null, podman [] when
+// there are none (measured).
 func (f *fake) execIDs(c *Container) any {
 	var ids []string
-	for key, e := range c.Execs {
-		if alive(e.Pid) {
-			ids = append(ids, fmt.Sprintf("%064x", len(key)*7919+e.Pid))
+	for _, e := range c.Execs {
+		if (e.Stale && f.dialect == "podman") || (!e.Stale && alive(e.Pid)) {
+			ids = append(ids, e.ID)
 		}
 	}
 	if len(ids) == 0 && f.dialect == "docker" {

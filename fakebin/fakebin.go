@@ -133,6 +133,8 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 		return f.exec(rest)
 	case "image-inspect":
 		return f.imageInspect(rest)
+	case "cleanup":
+		return f.cleanup(rest)
 	}
 	return f.usage(fmt.Sprintf("unknown command %q for %q", sub, f.name))
 }

@@ -3,6 +3,7 @@ package fakebin_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,7 +30,7 @@ var steps = []string{
 	"stop_missing", "stop_stopped", "rm_missing_force", "rm_missing", "rm_running", "rm_multi",
 	"run_name_in_use", "run_bad_image", "run_bad_flag", "exec_missing", "exec_stopped", "exec_paused",
 	"exec_not_found", "exec_not_executable", "exec_exit125", "exec_exit1", "exec_bad_workdir",
-	"unpause_running", "pause_paused",
+	"unpause_running", "pause_paused", "image_inspect", "image_inspect_missing", "exec_words_notfound",
 	"!run -d --name cap-stop --network none hsbx-busybox sleep infinity",
 	"stop_running", "rm_stopped",
 	"!create --name cap-batch1 --network none hsbx-busybox true",
@@ -131,6 +132,8 @@ func opOf(args []string) enginecli.Op {
 			return enginecli.OpExec
 		case "version":
 			return enginecli.OpVersion
+		case "image":
+			return enginecli.OpImage
 		case "info":
 			return enginecli.OpInfo
 		case "pause", "unpause":
@@ -155,6 +158,13 @@ func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.
 		_, ferr := d.ParseInfo(fake)
 		if (rerr == nil) != (ferr == nil) {
 			t.Errorf("%s: ParseInfo real err %v, fake err %v", step, rerr, ferr)
+		}
+		return
+	case enginecli.OpImage:
+		ri, rerr := enginecli.ParseImageInspect(real)
+		fi, ferr := enginecli.ParseImageInspect(fake)
+		if (rerr == nil) != (ferr == nil) || len(ri.Entrypoint) != len(fi.Entrypoint) {
+			t.Errorf("%s: ParseImageInspect real %+v %v, fake %+v %v", step, ri, rerr, fi, ferr)
 		}
 		return
 	case enginecli.OpVersion:
@@ -184,6 +194,21 @@ func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.
 	rs, fs := states(rc), states(fc)
 	if len(rs) != len(fs) {
 		t.Errorf("%s: real containers %v, fake %v", step, rs, fs)
+	}
+	if op == enginecli.OpInspect { // network mode and live exec sessions, as the engine reports them
+		facts := func(cs []runtime.Container) map[string]string {
+			m := map[string]string{}
+			for _, c := range cs {
+				m[c.Name] = fmt.Sprintf("network=%s execs=%v", c.NetworkMode, len(c.ExecIDs) > 0)
+			}
+			return m
+		}
+		rf, ff := facts(rc), facts(fc)
+		for name, f := range rf {
+			if strings.HasPrefix(name, "cap-") && ff[name] != f {
+				t.Errorf("%s: %s real %s, fake %s", step, name, f, ff[name])
+			}
+		}
 	}
 	for name, st := range rs {
 		if fs[name] != st {

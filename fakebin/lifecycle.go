@@ -437,6 +437,7 @@ func (f *fake) exec(args []string) int {
 		wd = c.WorkDir
 	}
 	if !knownDir(c, wd) {
+		f.staleSession(c.ID, cmd)
 		return f.ociError(fmt.Sprintf("chdir to cwd (%q) set in config.json failed: no such file or directory", wd), 127)
 	}
 	return f.runExec(c, cmd, wd, env)

@@ -76,7 +76,7 @@ func (f *fake) runExec(c *Container, cmd []string, wd string, env []string) int 
 			if sc.Execs == nil {
 				sc.Execs = map[string]ExecProc{}
 			}
-			sc.Execs[key] = ExecProc{Pid: proc.Pid, Cmd: cmd, Token: token}
+			sc.Execs[key] = ExecProc{ID: st.newID("exec", f.now), Pid: proc.Pid, Cmd: cmd, Token: token}
 		}
 		return nil
 	})
@@ -98,7 +98,55 @@ func (f *fake) runExec(c *Container, cmd []string, wd string, env []string) int 
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
+	if len(cmd) > 0 && !builtins[cmd[0]] && !strings.HasPrefix(cmd[0], "/bin/") {
+		f.staleSession(c.ID, cmd) // the command could not be started
+	}
 	return ps.ExitCode()
+}
+
+// staleSession records, for podman, the exec session a failed start leaves
+// behind: listed in ExecIDs until the container stops, running nothing.
+func (f *fake) staleSession(id string, cmd []string) {
+	if f.dialect != "podman" {
+		return
+	}
+	_ = f.st.update(func(st *State) error {
+		if sc := st.find(id); sc != nil {
+			if sc.Execs == nil {
+				sc.Execs = map[string]ExecProc{}
+			}
+			sid := st.newID("stale", f.now)
+			sc.Execs["stale-"+sid[:12]] = ExecProc{ID: sid, Cmd: cmd, Stale: true}
+		}
+		return nil
+	})
+}
+
+// cleanup is `container cleanup --exec SESSION CONTAINER`: podman refuses
+// for a running session and tidies a finished one (exit 0; it stays listed).
+func (f *fake) cleanup(args []string) int {
+	p, bad := flagSet{values: set("--exec"), bools: set("--rm", "--rmi")}.parse(args)
+	if bad != "" || len(p.pos) != 1 || f.dialect != "podman" {
+		return f.usage(fmt.Sprintf("unknown command %q for %q", "cleanup", f.name))
+	}
+	sid := p.last("--exec")
+	code := 0
+	_ = f.st.view(func(st *State) error {
+		c := st.find(p.pos[0])
+		if c == nil {
+			f.notFound(p.pos[0])
+			code = 125
+			return nil
+		}
+		for _, e := range c.Execs {
+			if e.ID == sid && !e.Stale && alive(e.Pid) {
+				fmt.Fprintf(f.stderr, "Error: cannot clean up container %s exec session %s as it is running: exec session state improper\n", c.ID, sid)
+				code = 125
+			}
+		}
+		return nil
+	})
+	return code
 }
 
 // childStdin gives the child the client's stdin (a file), or /dev/null.

@@ -36,11 +36,15 @@ type Container struct {
 	Execs map[string]ExecProc `json:"execs,omitempty"`
 }
 
-// ExecProc is one command started by exec.
+// ExecProc is one command started by exec (one exec session).
 type ExecProc struct {
+	ID    string   `json:"id"` // the session id inspect lists
 	Pid   int      `json:"pid"`
 	Cmd   []string `json:"cmd"`
 	Token string   `json:"token"` // its HSBX_EXEC_ID, if any
+	// Stale: podman keeps the session of an exec that failed to start
+	// (measured on 4.3); it is listed but runs nothing.
+	Stale bool `json:"stale,omitempty"`
 }
 
 // State is the whole fake engine.

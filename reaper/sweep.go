@@ -84,6 +84,9 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 		ids[i] = c.ID
 	}
 	cs := s.inspect(ctx, ids, &rep) // labels re-checked from inspect, not the filter
+	if o.Idle > 0 {
+		s.liveExecs(ctx, cs)
+	}
 	verdicts := Judge(cs, o, func(c runtime.Container) Usage {
 		t, _ := sandbox.LastUse(s.StateDir, c.Labels[sandbox.LabelKey])
 		return Usage{LastUse: t}
@@ -198,6 +201,7 @@ func (s *Sweeper) stopIdle(ctx context.Context, doomed []Verdict, rep *Report) (
 		}
 		return out, releaseAll
 	}
+	s.liveExecs(ctx, now)
 	busy := map[string]int{}
 	for _, c := range now {
 		busy[c.ID] = len(c.ExecIDs)
@@ -218,6 +222,23 @@ func (s *Sweeper) stopIdle(ctx context.Context, doomed []Verdict, rep *Report) (
 		out = append(out, v)
 	}
 	return out, releaseAll
+}
+
+// liveExecs narrows each running sandbox's ExecIDs to the sessions that
+// run now (podman lists failed ones too). When that cannot be told, the
+// list stays as it is: the sandbox counts as in use.
+func (s *Sweeper) liveExecs(ctx context.Context, cs []runtime.Container) {
+	for i, c := range cs {
+		if c.State != runtime.StateRunning || len(c.ExecIDs) == 0 || c.Labels[sandbox.LabelKey] == "" {
+			continue
+		}
+		live, err := s.RT.LiveExecs(ctx, c)
+		if err != nil {
+			s.log().Debug("could not tell live exec sessions; counting the sandbox as in use", "id", c.ID, "error", err)
+			continue
+		}
+		cs[i].ExecIDs = live
+	}
 }
 
 // inspect inspects all ids in one call; where that call fails as a whole

@@ -165,3 +165,33 @@ func idleSweepSparesBusy(t *testing.T, otherHost bool) {
 		})
 	}
 }
+
+// An exec that failed to start (a typo'd command) leaves a session in
+// podman's ExecIDs that runs nothing: it must not pin the sandbox against
+// the idle sweep.
+func TestIdleSweepIgnoresFailedExecs(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := tg.Open(t)
+			profile := fmt.Sprintf("hsbx-typotest-%d", time.Now().UnixNano()%1e9)
+			m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: tg.StateDir, CacheDir: t.TempDir(), Environ: tg.Env, StopGrace: 2 * time.Second})
+			spec := sandbox.DefaultSpec()
+			spec.Image, spec.Network = tg.Image, false
+			sb := m.Sandbox(sandbox.Key{Profile: profile, Task: "typo"}, spec)
+			t.Cleanup(func() { sb.Down(context.Background()) })
+			res, err := sb.Ensure(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"no-such-command"}}); err != nil || code < 126 {
+				t.Fatalf("typo'd command: %d %v", code, err)
+			}
+			sw := &reaper.Sweeper{RT: rt, StateDir: t.TempDir(), StopGrace: 2 * time.Second}
+			rep, err := sw.Sweep(ctx, reaper.Options{Profile: profile, MaxAge: time.Hour, Idle: time.Millisecond, Now: time.Now()}, false)
+			if err != nil || len(rep.Removed) != 1 || rep.Removed[0].ID != res.ID {
+				t.Fatalf("idle sweep after a failed exec: removed %+v kept %+v errors %+v (%v)", rep.Removed, rep.Kept, rep.Errors, err)
+			}
+		})
+	}
+}

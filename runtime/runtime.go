@@ -58,11 +58,10 @@ type Container struct {
 	Created  time.Time         `json:"created"`
 	Started  time.Time         `json:"started"`
 	Finished time.Time         `json:"finished"`
-	// ExecIDs are the container's live exec sessions (inspect only: nil
-	// from List). Both engines list an attached exec while it runs and drop
-	// it when it ends (measured on docker 20.10 and podman 4.3), so a
-	// non-empty list means a command is running in it right now — on any
-	// host that shares the engine.
+	// ExecIDs are the container's exec sessions (inspect only: nil from
+	// List). Both engines list an exec while it runs and drop it when it
+	// ends, on any host that shares the engine; podman 4.3 also keeps those
+	// that failed to start (measured), so Runtime.LiveExecs tells which run.
 	ExecIDs []string `json:"exec_ids,omitempty"`
 	// NetworkMode is HostConfig.NetworkMode ("none", "bridge", ...; inspect
 	// only: "" from List).
@@ -169,6 +168,11 @@ type Runtime interface {
 	// returns the command's exit code. An error means the engine failed,
 	// not the command.
 	Exec(ctx context.Context, spec ExecSpec) (int, error)
+	// LiveExecs returns the exec sessions of c (as inspected) that are
+	// running now. Docker lists exactly those in ExecIDs; podman 4.3 also
+	// keeps the sessions of execs that failed to start (measured), so each
+	// is asked. An error leaves the answer unknown: callers treat it as busy.
+	LiveExecs(ctx context.Context, c Container) ([]string, error)
 	// InspectImage reports a local image's id and entrypoint; it fails
 	// with ErrImageNotFound when the image is not present.
 	InspectImage(ctx context.Context, ref string) (Image, error)

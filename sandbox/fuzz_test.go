@@ -1,6 +1,11 @@
 package sandbox
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 func FuzzParseVolume(f *testing.F) {
 	for _, s := range []string{"/a:/b", "/a:/b:ro", "a:b", "::", "/a:/b:ro:x", ""} {
@@ -25,6 +30,35 @@ func FuzzSanitizeLabel(f *testing.F) {
 		k := Key{Profile: s, Task: s}
 		if !nameRE.MatchString(k.Name()) {
 			t.Fatalf("Name %q invalid", k.Name())
+		}
+	})
+}
+
+func FuzzSandboxDirName(f *testing.F) {
+	for _, s := range []string{"", "a:b", "..", "x.", "plain", "😀", "../../etc"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d := SandboxDirName(s)
+		if d == "" || d == "." || d == ".." || len(d) > 128 || strings.ContainsAny(d, "/:\x00") {
+			t.Fatalf("SandboxDirName(%q) = %q is not one safe path component", s, d)
+		}
+		if SanitizeLabel(s) == s && len(s) <= 128 && s != "." && s != ".." && !strings.HasSuffix(s, ".") && s != "" && d != s {
+			t.Fatalf("a safe task %q was renamed %q", s, d)
+		}
+	})
+}
+
+func FuzzMarker(f *testing.F) {
+	f.Add("hsbx-marker-2\n" + strings.Repeat("a", 64) + "\nnone\n")
+	f.Add("garbage")
+	f.Fuzz(func(t *testing.T, s string) {
+		dir := t.TempDir()
+		p := markerPath(dir, "k")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(s), 0o644)
+		if m, ok := readMarker(dir, "k"); ok && !isHexID(m.ID) {
+			t.Fatalf("marker %q read as id %q", s, m.ID)
 		}
 	})
 }

@@ -68,6 +68,21 @@ cap exec_exit1 exec cap-run sh -c 'echo out; echo err >&2; exit 1'
 cap exec_bad_workdir exec -w /nonexist cap-run true
 cap unpause_running unpause cap-run
 cap pause_paused pause cap-paused
+cap image_inspect image inspect "$image"
+cap image_inspect_missing image inspect nosuchimage:1
+# A command's own stderr that reads like the engine's: the engine passes
+# the command's words and status through while the container runs (hsbx
+# must ask the engine, never trust the words).
+if [ "$dialect" = docker ]; then
+  cap exec_words_notfound exec cap-run sh -c 'echo run; echo "Error response from daemon: No such container: x" >&2; exit 1'
+else
+  cap exec_words_notfound exec cap-run sh -c 'echo run; echo "Error: no container with name or ID x found: no such container" >&2; exit 125'
+fi
+# A live exec session shows in inspect's ExecIDs (null / [] when none).
+"$bin" exec cap-run sleep 3 >/dev/null 2>&1 &
+sleep 1.5
+cap inspect_exec_live container inspect cap-run
+wait
 "$bin" run -d --name cap-stop "${net[@]}" "$image" sleep infinity >/dev/null
 cap stop_running stop -t 1 cap-stop
 cap rm_stopped rm cap-stop

@@ -211,3 +211,6 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	}
 	return false
 }
+
+// StaleExecSessions implements enginecli.Dialect: docker drops an exec session when it ends, started or not (measured on 20.10).
+func (Dialect) StaleExecSessions() bool { return false }

@@ -260,3 +260,48 @@ func TestCapturedInfoVersion(t *testing.T) {
 		})
 	}
 }
+
+// What the real engines said about the cases hsbx must not misjudge: a
+// command's own stderr that reads like "no such container" classifies as
+// the engine's (so the words alone are never trusted: hsbx asks the
+// engine); a live exec shows in ExecIDs; images parse with their
+// entrypoint; a missing image is ErrImageNotFound.
+func TestCapturedExecSessionsAndImages(t *testing.T) {
+	for _, dir := range captureDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			d := dialectFor(dir)
+			if c, ok := load(t, dir, "exec_words_notfound"); ok {
+				if c.exit == 0 || string(c.stdout) != "run\n" || !errors.Is(d.Classify(enginecli.OpExec, c.exit, string(c.stderr)), runtime.ErrNotFound) {
+					t.Errorf("exec_words_notfound: exit %d stdout %q classified %v", c.exit, c.stdout, d.Classify(enginecli.OpExec, c.exit, string(c.stderr)))
+				}
+			} else {
+				t.Errorf("no exec_words_notfound capture: re-run scripts/capture.sh")
+			}
+			if c, ok := load(t, dir, "inspect_exec_live"); ok {
+				cs, err := enginecli.ParseInspect(c.stdout)
+				if err != nil || len(cs) != 1 || len(cs[0].ExecIDs) == 0 || cs[0].NetworkMode != "none" {
+					t.Errorf("inspect_exec_live: %+v %v", cs, err)
+				}
+			}
+			if c, ok := load(t, dir, "inspect_all"); ok {
+				cs, _ := enginecli.ParseInspect(c.stdout)
+				for _, ct := range cs {
+					if ct.Name == "cap-created" && len(ct.ExecIDs) != 0 {
+						t.Errorf("a container that never ran lists exec sessions: %v", ct.ExecIDs)
+					}
+				}
+			}
+			if c, ok := load(t, dir, "image_inspect"); ok {
+				img, err := enginecli.ParseImageInspect(c.stdout)
+				if err != nil || img.ID == "" || img.Entrypoint != nil {
+					t.Errorf("image_inspect: %+v %v", img, err)
+				}
+			}
+			if c, ok := load(t, dir, "image_inspect_missing"); ok {
+				if !errors.Is(d.Classify(enginecli.OpImage, c.exit, string(c.stderr)), runtime.ErrImageNotFound) {
+					t.Errorf("image_inspect_missing: exit %d %q not ErrImageNotFound", c.exit, c.stderr)
+				}
+			}
+		})
+	}
+}

@@ -38,6 +38,7 @@ const (
 	OpVersion Op = "version"
 	OpInfo    Op = "info"
 	OpImage   Op = "image inspect"
+	OpCleanup Op = "cleanup"
 )
 
 // Dialect is what one engine family contributes.
@@ -58,6 +59,9 @@ type Dialect interface {
 	// command, failed (docker 1, podman 125): with Classify it tells
 	// whether a stderr line may be the engine's.
 	ExecErrorCode() int
+	// StaleExecSessions says inspect's ExecIDs may hold sessions that are
+	// not running (podman 4.3 keeps those that failed to start).
+	StaleExecSessions() bool
 }
 
 // Options configure an Engine.
@@ -401,6 +405,28 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 			Stderr: strings.TrimSpace(string(res.Stderr)), Held: held}
 	}
 	return res.ExitCode, nil
+}
+
+// LiveExecs implements runtime.Runtime. Where the engine keeps stale
+// sessions, each is asked with `container cleanup --exec ID`: the engine
+// refuses ("as it is running") for a running one and tidies a finished one.
+func (e *Engine) LiveExecs(ctx context.Context, c runtime.Container) ([]string, error) {
+	if !e.d.StaleExecSessions() || len(c.ExecIDs) == 0 {
+		return c.ExecIDs, nil
+	}
+	var live []string
+	for _, id := range c.ExecIDs {
+		res, err := e.call(ctx, OpCleanup, []string{"container", "cleanup", "--exec", id, c.ID}, nil, e.timeout)
+		switch {
+		case err == nil:
+			continue // not running: a stale session
+		case res.ExitCode > 0 && strings.Contains(string(res.Stderr), "as it is running"):
+			live = append(live, id)
+		default:
+			return nil, fmt.Errorf("asking whether exec session %.12s runs: %w", id, err)
+		}
+	}
+	return live, nil
 }
 
 // InspectImage implements runtime.Runtime.

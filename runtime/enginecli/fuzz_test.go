@@ -116,3 +116,15 @@ func FuzzParseTime(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseImageInspect(f *testing.F) {
+	seedCaptures(f, "image_inspect*.stdout")
+	f.Add([]byte(`[{"Id":"sha256:x","Config":{"Entrypoint":"/init"}}]`))
+	f.Add([]byte(`[{"Id":"x","Config":{"Entrypoint":["/init",1]}}]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		img, err := enginecli.ParseImageInspect(b)
+		if err == nil && img.ID == "" {
+			t.Fatalf("accepted an image without an id: %q", b)
+		}
+	})
+}

@@ -175,3 +175,6 @@ func (Dialect) Classify(op enginecli.Op, code int, stderr string) error {
 	}
 	return enginecli.Match(rules, stderr)
 }
+
+// StaleExecSessions implements enginecli.Dialect: podman 4.3 keeps the session of an exec that failed to start (command not found, not executable, bad workdir) in ExecIDs (measured).
+func (Dialect) StaleExecSessions() bool { return true }
