@@ -1,6 +1,9 @@
 package cli
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 func TestSafe(t *testing.T) {
 	for in, want := range map[string]string{
@@ -32,4 +35,17 @@ func FuzzSafe(f *testing.F) {
 			}
 		}
 	})
+}
+
+// /dev/null is a character device but not a terminal: `hsbx shell
+// </dev/null` must not ask the engine for a TTY.
+func TestDevNullIsNotATerminal(t *testing.T) {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if isTerminal(f) {
+		t.Error("isTerminal(/dev/null) = true")
+	}
 }
