@@ -191,7 +191,9 @@ func (m *Manager) execEnv(env map[string]string) (map[string]string, error) {
 // livenessDelay is how long a command may stay silent before hsbx checks,
 // once, that the engine still answers (a hung engine otherwise hangs exec
 // forever; a long silent command is fine once the engine has answered).
-const livenessDelay = 2 * time.Second
+// Long enough that execs queued behind a busy engine do not each pay for a
+// check (16 concurrent execs on podman with 2 cores take up to ~6 s each).
+const livenessDelay = 10 * time.Second
 
 // errEngineHung is the cause of an exec stopped because the engine did not
 // answer the liveness check.

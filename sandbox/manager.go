@@ -45,7 +45,7 @@ type Config struct {
 	// not fail the caller; errors are its own to report.
 	OnColdStart func(ctx context.Context)
 	// LivenessDelay is how long a command may stay silent before Exec
-	// checks once that the engine still answers (default 2s; negative:
+	// checks once that the engine still answers (default 10s; negative:
 	// never check).
 	LivenessDelay time.Duration
 }
