@@ -199,7 +199,7 @@ func warmUp(ctx context.Context, e *engine) row {
 // arguments (built by the same code), each removed after, untimed.
 func coldUp(ctx context.Context, e *engine) row {
 	info, _ := e.rt.Info(ctx)
-	host := sandbox.Host{Dialect: e.rt.Dialect(), Rootless: info.Rootless, CgroupV1: info.CgroupVersion == "1" || info.CgroupVersion == "v1", BackingFS: info.BackingFS}
+	host := sandbox.Host{Dialect: e.rt.Dialect(), Rootless: info.Rootless, CgroupV1: info.CgroupsV1(), BackingFS: info.BackingFS}
 	dir, _ := os.MkdirTemp("", "hsbx-bench-raw-")
 	defer os.RemoveAll(dir)
 	spec := sandbox.DefaultSpec()

@@ -194,31 +194,31 @@ func matchFilters(c *Container, filters []string) (bool, string) {
 				}
 			}
 		case "status":
-			any := false
+			matched := false
 			for _, v := range vs {
 				if !validStatus[v] {
 					return false, fmt.Sprintf("invalid filter 'status=%s'", v)
 				}
-				any = any || c.State == v
+				matched = matched || c.State == v
 			}
-			if !any {
+			if !matched {
 				return false, ""
 			}
 		case "name":
-			any := false
+			matched := false
 			for _, v := range vs {
 				re, err := regexp.Compile(v)
-				any = any || (err == nil && re.MatchString(c.Name))
+				matched = matched || (err == nil && re.MatchString(c.Name))
 			}
-			if !any {
+			if !matched {
 				return false, ""
 			}
 		case "id":
-			any := false
+			matched := false
 			for _, v := range vs {
-				any = any || strings.HasPrefix(c.ID, v)
+				matched = matched || strings.HasPrefix(c.ID, v)
 			}
-			if !any {
+			if !matched {
 				return false, ""
 			}
 		default:

@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/hsbx/hsbx/internal/filelock"
 )
 
 // Container is one fake container as kept in the state file.
@@ -62,22 +63,10 @@ func (s store) path(name string) string { return filepath.Join(s.dir, name) }
 
 // lock takes the state lock (exclusive or shared) and returns its release.
 func (s store) lock(exclusive bool) (func(), error) {
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(s.path("state.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	how := syscall.LOCK_SH
 	if exclusive {
-		how = syscall.LOCK_EX
+		return filelock.Exclusive(s.path("state.lock"))
 	}
-	if err := syscall.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+	return filelock.Shared(s.path("state.lock"))
 }
 
 // update locks the state, lets fn change it and writes it back (not when

@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/hsbx/hsbx/internal/filelock"
 )
 
 // Gate lets the automatic sweep run at most once per process and at most
@@ -64,14 +65,14 @@ func (g *Gate) claim(profile string) (bool, error) {
 	}
 	sum := sha256.Sum256([]byte(profile))
 	base := filepath.Join(dir, hex.EncodeToString(sum[:8]))
-	lock, err := os.OpenFile(base+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	release, ok, err := filelock.TryExclusive(base + ".lock")
 	if err != nil {
 		return false, err
 	}
-	defer lock.Close()
-	if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+	if !ok {
 		return false, nil // another process is deciding or sweeping
 	}
+	defer release()
 	if b, err := os.ReadFile(base + ".last"); err == nil {
 		if sec, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
 			if since := now().Sub(time.Unix(sec, 0)); since >= 0 && since < g.Window {

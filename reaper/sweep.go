@@ -59,8 +59,9 @@ func (s *Sweeper) log() *slog.Logger {
 }
 
 // Sweep finds the candidates, judges them and (unless dry) removes the
-// orphans: without force, so a container that came alive since it was
-// judged survives, and verified with the engine afterwards. An engine
+// orphans in three steps: judge, stop the idle ones, remove and verify.
+// Removal is never forced, so a container that came alive since it was
+// judged survives, and it is verified with the engine afterwards. An engine
 // failure before any verdict is returned as an error and nothing is
 // removed; a failure with one container is reported and the sweep goes on.
 func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error) {
@@ -68,41 +69,9 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	filters := []string{sandbox.LabelAgent + "=1"}
-	if !o.AllProfiles {
-		filters = append(filters, sandbox.LabelProfile+"="+sandbox.Scope{Profile: o.Profile, Shared: o.Shared}.HermesProfile())
-	}
-	listed, err := s.RT.List(ctx, runtime.ListOptions{Labels: filters})
-	if err != nil {
-		return rep, fmt.Errorf("listing sandboxes: %w", err)
-	}
-	if len(listed) == 0 {
-		return rep, nil
-	}
-	ids := make([]string, len(listed))
-	for i, c := range listed {
-		ids[i] = c.ID
-	}
-	cs := s.inspect(ctx, ids, &rep) // labels re-checked from inspect, not the filter
-	if o.Idle > 0 {
-		s.liveExecs(ctx, cs)
-	}
-	verdicts := Judge(cs, o, func(c runtime.Container) Usage {
-		t, _ := sandbox.LastUse(s.StateDir, c.Labels[sandbox.LabelKey])
-		return Usage{LastUse: t}
-	})
-
-	var doomed []Verdict
-	for _, v := range verdicts {
-		if !v.Remove {
-			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: v.Reason})
-			continue
-		}
-		if v.Idle && s.StateDir == "" {
-			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: "running (no state dir to tell idle from busy)"})
-			continue
-		}
-		doomed = append(doomed, v)
+	doomed, err := s.judge(ctx, o, &rep)
+	if err != nil || len(doomed) == 0 {
+		return rep, err
 	}
 	if dry {
 		for _, v := range doomed {
@@ -110,25 +79,67 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 		}
 		return rep, nil
 	}
-
 	doomed, release := s.stopIdle(ctx, doomed, &rep)
 	defer release()
-	var rmIDs []string
-	var toRemove []Verdict
-	for _, v := range doomed {
-		rmIDs = append(rmIDs, v.C.ID)
-		toRemove = append(toRemove, v)
+	return rep, s.removeAndVerify(ctx, doomed, &rep)
+}
+
+// judge lists the scope's sandboxes (ps, then inspect for exact labels and
+// live exec sessions), records the kept ones in rep and returns the rest.
+func (s *Sweeper) judge(ctx context.Context, o Options, rep *Report) ([]Verdict, error) {
+	filters := []string{sandbox.LabelAgent + "=1"}
+	if !o.AllProfiles {
+		filters = append(filters, sandbox.LabelProfile+"="+sandbox.Scope{Profile: o.Profile, Shared: o.Shared}.HermesProfile())
 	}
-	if len(rmIDs) == 0 {
-		return rep, nil
+	listed, err := s.RT.List(ctx, runtime.ListOptions{Labels: filters})
+	if err != nil {
+		return nil, fmt.Errorf("listing sandboxes: %w", err)
 	}
-	rmErr := s.RT.Remove(ctx, false, rmIDs...)
-	if rmErr != nil {
-		s.log().Debug("batch rm reported an error; checking what it removed", "error", rmErr)
+	if len(listed) == 0 {
+		return nil, nil
 	}
-	left, verr := s.stillThere(ctx, rmIDs)
-	if verr != nil {
-		return rep, fmt.Errorf("checking what the engine removed: %w", verr)
+	ids := make([]string, len(listed))
+	for i, c := range listed {
+		ids[i] = c.ID
+	}
+	cs := s.inspect(ctx, ids, rep) // labels re-checked from inspect, not the filter
+	if o.Idle > 0 {
+		s.liveExecs(ctx, cs)
+	}
+	verdicts := Judge(cs, o, func(c runtime.Container) Usage {
+		t, _ := sandbox.LastUse(s.StateDir, c.Labels[sandbox.LabelKey])
+		return Usage{LastUse: t}
+	})
+	var doomed []Verdict
+	for _, v := range verdicts {
+		switch {
+		case !v.Remove:
+			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: v.Reason})
+		case v.Idle && s.StateDir == "":
+			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: "running (no state dir to tell idle from busy)"})
+		default:
+			doomed = append(doomed, v)
+		}
+	}
+	return doomed, nil
+}
+
+// removeAndVerify removes doomed in one batch (never forced), asks the
+// engine what is left, retries those one by one, and reports each.
+func (s *Sweeper) removeAndVerify(ctx context.Context, doomed []Verdict, rep *Report) error {
+	if len(doomed) == 0 {
+		return nil
+	}
+	ids := make([]string, len(doomed))
+	for i, v := range doomed {
+		ids[i] = v.C.ID
+	}
+	if err := s.RT.Remove(ctx, false, ids...); err != nil {
+		s.log().Debug("batch rm reported an error; checking what it removed", "error", err)
+	}
+	left, err := s.stillThere(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("checking what the engine removed: %w", err)
 	}
 	if len(left) > 0 { // per-container fallback, only where the batch did not do its job
 		for id := range left {
@@ -136,9 +147,9 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 				left[id] = err
 			}
 		}
-		again, verr := s.stillThere(ctx, keys(left))
-		if verr != nil {
-			return rep, fmt.Errorf("checking what the engine removed: %w", verr)
+		again, err := s.stillThere(ctx, keys(left))
+		if err != nil {
+			return fmt.Errorf("checking what the engine removed: %w", err)
 		}
 		for id := range left {
 			if _, still := again[id]; !still {
@@ -146,7 +157,7 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 			}
 		}
 	}
-	for _, v := range toRemove {
+	for _, v := range doomed {
 		if err, still := left[v.C.ID]; still {
 			msg := "the engine reported success but the container is still there"
 			if err != nil {
@@ -158,7 +169,7 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 		rep.Removed = append(rep.Removed, removed(v))
 		s.log().Info("reaped sandbox", "id", v.C.ID, "task", v.Task, "profile", v.Profile, "reason", v.Reason)
 	}
-	return rep, nil
+	return nil
 }
 
 // stopIdle stops the idle sandboxes among doomed and returns those to

@@ -134,6 +134,10 @@ type Info struct {
 	BackingFS     string
 }
 
+// CgroupsV1 reports whether the engine runs on cgroups v1 (docker says
+// "1", podman "v1"), where a rootless engine cannot enforce limits.
+func (i Info) CgroupsV1() bool { return i.CgroupVersion == "1" || i.CgroupVersion == "v1" }
+
 // Runtime is a container engine driven through its CLI. Every method that
 // talks to the engine takes a context and is bounded by a timeout. Errors
 // wrap the sentinels in errors.go and carry the engine's own message.

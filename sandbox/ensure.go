@@ -40,8 +40,8 @@ func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
 	}
 	res, err := s.ensure(ctx)
 	if err == nil {
-		writeMarker(s.m.c.StateDir, s.key.Hash(), marker{ID: res.ID, Network: res.network})
-		touchLastUse(s.m.c.StateDir, s.key.Hash())
+		writeMarker(s.stateDir(), s.key.Hash(), marker{ID: res.ID, Network: res.network})
+		touchLastUse(s.stateDir(), s.key.Hash())
 		if res.Action != Reused {
 			s.m.coldStart(ctx)
 		}
@@ -59,8 +59,8 @@ const ensureBudget = 90 * time.Second
 const youngCreate = 20 * time.Second
 
 func (s *Sandbox) ensure(ctx context.Context) (Result, error) {
-	if mk, ok := readMarker(s.m.c.StateDir, s.key.Hash()); ok {
-		cs, err := s.m.c.Runtime.Inspect(ctx, mk.ID)
+	if mk, ok := readMarker(s.stateDir(), s.key.Hash()); ok {
+		cs, err := s.rt().Inspect(ctx, mk.ID)
 		switch {
 		case err == nil && len(cs) == 1 && s.key.Owns(cs[0]):
 			res, done, err := s.activate(ctx, cs[0], true)
@@ -102,8 +102,7 @@ func (s *Sandbox) findOnce(ctx context.Context, patient bool) (Result, bool, err
 		switch {
 		case err == nil:
 			s.id = id
-			return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning,
-				Action: Created, network: s.createdNetwork}, true, nil
+			return s.fresh(id, Created, s.createdNetwork), true, nil
 		case errors.As(err, &nt):
 			c = nt.c // lost the race: act on the winner the clash inspected
 		case errors.Is(err, runtime.ErrNameInUse):
@@ -120,7 +119,7 @@ func (s *Sandbox) findOnce(ctx context.Context, patient bool) (Result, bool, err
 // string is ambiguous) and the network mode. Hermes-made sandboxes whose
 // labels cannot identify the key are warned about once and left alone.
 func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
-	listed, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
+	listed, err := s.rt().List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
 	if err != nil {
 		return runtime.Container{}, false, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
 	}
@@ -131,7 +130,7 @@ func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
 	for i, c := range listed {
 		ids[i] = c.ID
 	}
-	full, err := s.m.c.Runtime.Inspect(ctx, ids...)
+	full, err := s.rt().Inspect(ctx, ids...)
 	if err != nil && !errors.Is(err, runtime.ErrNotFound) { // one removed meanwhile is fine
 		return runtime.Container{}, false, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
 	}
@@ -148,7 +147,7 @@ func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
 		switch {
 		case why == nil:
 			cands = append(cands, c)
-		case !errors.Is(why, ErrNotHermes) && !warnedOnce(s.m.c.StateDir, s.key.Hash(), c.ID):
+		case !errors.Is(why, ErrNotHermes) && !warnedOnce(s.stateDir(), s.key.Hash(), c.ID):
 			s.m.c.Warn(fmt.Sprintf("the Hermes-made sandbox %s (%.12s) has this task's labels, but hsbx will not attach to it: %v; hsbx keeps its own sandbox %s next to it", c.Name, c.ID, why, s.name))
 		}
 	}
@@ -254,19 +253,19 @@ func backoff(attempt int) time.Duration {
 // removeIfStopped removes a stopped container without force, so a container
 // that came alive meanwhile survives.
 func (s *Sandbox) removeIfStopped(ctx context.Context, id string) error {
-	return s.m.c.Runtime.Remove(ctx, false, id)
+	return s.rt().Remove(ctx, false, id)
 }
 
 func (s *Sandbox) ensureEphemeral(ctx context.Context) (Result, error) {
 	if s.id != "" {
-		return Result{ID: s.id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: Reused}, nil
+		return s.fresh(s.id, Reused, s.createdNetwork), nil
 	}
 	id, err := s.create(ctx, s.name)
 	if err != nil {
 		return Result{}, err
 	}
 	s.id = id
-	return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: Created}, nil
+	return s.fresh(id, Created, s.createdNetwork), nil
 }
 
 // create runs the container. On any failure it removes exactly what this
@@ -304,7 +303,7 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		if cr := creatorLabel(); cr != "" {
 			rs.Labels[LabelCreator] = cr
 		}
-		id, err := s.m.c.Runtime.Run(ctx, rs)
+		id, err := s.rt().Run(ctx, rs)
 		if err == nil {
 			s.createdNetwork = "any"
 			if !spec.Network {
@@ -329,7 +328,7 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 // checkNameOwner tells a lost creation race (the name's owner is this key's
 // sandbox) from a foreign container squatting on the name.
 func (s *Sandbox) checkNameOwner(ctx context.Context, name string, inUse error) error {
-	cs, err := s.m.c.Runtime.Inspect(ctx, name)
+	cs, err := s.rt().Inspect(ctx, name)
 	if err != nil || len(cs) == 0 {
 		return inUse // gone again: the caller looks once more
 	}
@@ -356,7 +355,7 @@ func noNetworkWarning(h Host) string {
 // cleanupAttempt removes the containers one failed create left behind.
 func (s *Sandbox) cleanupAttempt(ctx context.Context, nonce string) {
 	ctx = context.WithoutCancel(ctx)
-	cs, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: []string{LabelNonce + "=" + nonce}})
+	cs, err := s.rt().List(ctx, runtime.ListOptions{Labels: []string{LabelNonce + "=" + nonce}})
 	if err != nil {
 		s.m.log.Warn("could not check for a half-made sandbox", "nonce", nonce, "error", err)
 		return
@@ -367,7 +366,7 @@ func (s *Sandbox) cleanupAttempt(ctx context.Context, nonce string) {
 			ids = append(ids, c.ID)
 		}
 	}
-	if err := s.m.c.Runtime.Remove(ctx, false, ids...); err != nil {
+	if err := s.rt().Remove(ctx, false, ids...); err != nil {
 		s.m.c.Warn(fmt.Sprintf("a failed create left container(s) %s behind and they could not be removed: %v", strings.Join(ids, " "), err))
 	}
 }
@@ -384,8 +383,8 @@ func (s *Sandbox) mounts() (Mounts, error) {
 	switch {
 	case s.spec.SandboxDir != "":
 		base = filepath.Join(s.spec.SandboxDir, "docker", SandboxDirName(s.key.Task))
-	case s.m.c.StateDir != "":
-		base = filepath.Join(s.m.c.StateDir, "sandboxes", s.key.Hash())
+	case s.stateDir() != "":
+		base = filepath.Join(s.stateDir(), "sandboxes", s.key.Hash())
 	default:
 		return m, errors.New("persistent sandboxes need a state directory ($XDG_STATE_HOME or HOME)")
 	}

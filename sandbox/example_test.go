@@ -16,7 +16,6 @@ import (
 func Example() {
 	ctx := context.Background()
 	rt, _, err := detect.Open(ctx, detect.Options{
-		Getenv: os.Getenv,
 		Engine: enginecli.Options{Env: os.Environ()},
 	})
 	if err != nil {

@@ -41,8 +41,8 @@ type Command struct {
 // It is reserved: a Command.Env entry for it is refused.
 const ExecIDVar = "HSBX_EXEC_ID"
 
-// ErrTimeout is returned (wrapped in *InterruptedError) when Command.Timeout fired.
-var ErrTimeout = errors.New("command timed out")
+// ErrCommandTimeout is returned (wrapped in *InterruptedError) when Command.Timeout fired.
+var ErrCommandTimeout = errors.New("command timed out")
 
 // WriterError says the command's output could not be delivered: the
 // reader went away (a broken pipe) or the writer failed.
@@ -60,7 +60,7 @@ func (e *WriterError) Unwrap() error { return e.Err }
 // its timeout, the caller's context (a signal) or a failed writer; its
 // processes in the sandbox were killed (Killed) or could not be (KillErr).
 type InterruptedError struct {
-	Cause   error // ErrTimeout, a *WriterError, or the context's cause
+	Cause   error // ErrCommandTimeout, a *WriterError, or the context's cause
 	Killed  int   // processes killed in the sandbox
 	KillErr error
 }
@@ -134,7 +134,7 @@ func (s *Sandbox) warmTarget() string {
 	if s.id != "" || s.ephemeral {
 		return s.id
 	}
-	mk, ok := readMarker(s.m.c.StateDir, s.key.Hash())
+	mk, ok := readMarker(s.stateDir(), s.key.Hash())
 	if !ok || (!s.spec.Network && mk.Network != "none") {
 		return "" // never verified here, or not under the network posture asked for
 	}
@@ -149,14 +149,14 @@ func (s *Sandbox) forget(id string) {
 	if s.id == id {
 		s.id = ""
 	}
-	if mk, ok := readMarker(s.m.c.StateDir, s.key.Hash()); ok && mk.ID == id && !s.ephemeral {
-		removeMarker(s.m.c.StateDir, s.key.Hash())
+	if mk, ok := readMarker(s.stateDir(), s.key.Hash()); ok && mk.ID == id && !s.ephemeral {
+		removeMarker(s.stateDir(), s.key.Hash())
 	}
 }
 
 // running asks the engine whether the container id is this sandbox and up.
 func (s *Sandbox) running(ctx context.Context, id string) (bool, error) {
-	cs, err := s.m.c.Runtime.Inspect(ctx, id)
+	cs, err := s.rt().Inspect(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
 		return false, nil
 	}
@@ -206,9 +206,9 @@ func (e *errEngineHung) Unwrap() error { return e.err }
 
 func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env map[string]string) (int, error) {
 	if !s.ephemeral {
-		release := holdInUse(s.m.c.StateDir, s.key.Hash())
+		release := holdInUse(s.stateDir(), s.key.Hash())
 		defer release()
-		touchLastUse(s.m.c.StateDir, s.key.Hash())
+		touchLastUse(s.stateDir(), s.key.Hash())
 	}
 	token := randomHex(12)
 	env = maps.Clone(env)
@@ -217,7 +217,7 @@ func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env ma
 	defer cancel(nil)
 	if c.Timeout > 0 {
 		var tcancel context.CancelFunc
-		execCtx, tcancel = context.WithTimeoutCause(execCtx, c.Timeout, ErrTimeout)
+		execCtx, tcancel = context.WithTimeoutCause(execCtx, c.Timeout, ErrCommandTimeout)
 		defer tcancel()
 	}
 	var alive atomic.Bool // the engine has shown life (output arrived)
@@ -233,7 +233,7 @@ func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env ma
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); s.checkEngine(execCtx, target, &alive, cancel) }()
-	code, err := s.m.c.Runtime.Exec(execCtx, spec)
+	code, err := s.rt().Exec(execCtx, spec)
 	interrupted, cause := execCtx.Err() != nil, context.Cause(execCtx)
 	cancel(nil) // ends the liveness check
 	wg.Wait()
@@ -248,7 +248,7 @@ func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env ma
 	// sandbox (the engine does not stop them). Kill them by their marker,
 	// within one engine call's time.
 	ie := &InterruptedError{Cause: cause}
-	killCtx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), s.m.c.Runtime.CallTimeout()+time.Second)
+	killCtx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), s.rt().CallTimeout()+time.Second)
 	defer kcancel()
 	ie.Killed, ie.KillErr = s.killMarked(killCtx, target, token)
 	return -1, ie
@@ -265,7 +265,7 @@ func (s *Sandbox) checkEngine(ctx context.Context, target string, alive *atomic.
 	if delay < 0 || sleepCtx(ctx, delay) != nil || alive.Load() {
 		return
 	}
-	_, err := s.m.c.Runtime.Inspect(ctx, target)
+	_, err := s.rt().Inspect(ctx, target)
 	if ctx.Err() != nil {
 		return
 	}
@@ -320,11 +320,11 @@ echo "$n"`
 func (s *Sandbox) killMarked(ctx context.Context, target, token string) (int, error) {
 	var out, errb strings.Builder
 	spec := runtime.ExecSpec{ID: target, Cmd: []string{"sh", "-c", killScript, "hsbx-kill", token}, Stdout: &out, Stderr: &errb,
-		Timeout: s.m.c.Runtime.CallTimeout()}
+		Timeout: s.rt().CallTimeout()}
 	if s.spec.RunAsHostUser {
 		spec.User = fmt.Sprintf("%d:%d", s.m.c.UID, s.m.c.GID)
 	}
-	code, err := s.m.c.Runtime.Exec(ctx, spec)
+	code, err := s.rt().Exec(ctx, spec)
 	if err != nil {
 		return 0, err
 	}
@@ -332,7 +332,9 @@ func (s *Sandbox) killMarked(ctx context.Context, target, token string) (int, er
 		return 0, fmt.Errorf("the kill command exited %d in the sandbox (it needs sh, tr and grep): %s", code, clip(errb.String(), 200))
 	}
 	var n int
-	fmt.Sscan(out.String(), &n)
+	if _, err := fmt.Sscan(out.String(), &n); err != nil {
+		return 0, fmt.Errorf("the kill command printed %q, not a count: %w", clip(out.String(), 100), err)
+	}
 	return n, nil
 }
 

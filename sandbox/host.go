@@ -45,7 +45,7 @@ func (m *Manager) hostFacts(ctx context.Context) (Host, error) {
 	}
 	h := Host{
 		Dialect: m.c.Runtime.Dialect(), Rootless: info.Rootless,
-		CgroupV1:  info.CgroupVersion == "1" || info.CgroupVersion == "v1",
+		CgroupV1:  info.CgroupsV1(),
 		BackingFS: info.BackingFS, UID: m.c.UID, GID: m.c.GID,
 	}
 	m.host = &h

@@ -13,10 +13,10 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -83,14 +83,7 @@ func (m *Manager) coldStart(ctx context.Context) {
 // Runtime is the engine the manager drives.
 func (m *Manager) Runtime() runtime.Runtime { return m.c.Runtime }
 
-func (m *Manager) getenv(k string) (string, bool) {
-	for i := len(m.c.Environ) - 1; i >= 0; i-- {
-		if name, v, ok := strings.Cut(m.c.Environ[i], "="); ok && name == k {
-			return v, true
-		}
-	}
-	return "", false
-}
+func (m *Manager) getenv(k string) (string, bool) { return environ.Lookup(m.c.Environ, k) }
 
 // Action says what Ensure did.
 type Action string
@@ -143,6 +136,14 @@ func (s *Sandbox) Key() Key { return s.key }
 
 // Name is the sandbox's container name.
 func (s *Sandbox) Name() string { return s.name }
+
+func (s *Sandbox) rt() runtime.Runtime { return s.m.c.Runtime }
+func (s *Sandbox) stateDir() string    { return s.m.c.StateDir }
+
+// fresh is the Result for a container this handle just made (or holds).
+func (s *Sandbox) fresh(id string, a Action, network string) Result {
+	return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: a, network: network}
+}
 
 func (s *Sandbox) result(c runtime.Container, a Action) Result {
 	network := "any"

@@ -227,7 +227,7 @@ func TestTimeoutKillsTheCommandInTheSandbox(t *testing.T) {
 		}
 		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 301"}, Timeout: time.Second})
 		var ie *sandbox.InterruptedError
-		if !errors.As(err, &ie) || !errors.Is(err, sandbox.ErrTimeout) || ie.KillErr != nil || ie.Killed < 1 {
+		if !errors.As(err, &ie) || !errors.Is(err, sandbox.ErrCommandTimeout) || ie.KillErr != nil || ie.Killed < 1 {
 			t.Fatalf("Exec with timeout: %d %v", code, err)
 		}
 		var ps bytes.Buffer

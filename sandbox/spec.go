@@ -107,7 +107,7 @@ func validEnvName(s string) bool {
 
 // validSize reports whether s is a size like 64m or 1g.
 func validSize(s string) bool {
-	digits := strings.TrimRight(strings.TrimRight(s, "bkmgBKMG"), "")
+	digits := strings.TrimRight(s, "bkmgBKMG")
 	if len(s)-len(digits) > 1 {
 		return false
 	}
@@ -276,8 +276,8 @@ func (s Spec) envValues(getenv func(string) (string, bool)) (map[string]string, 
 		}
 	}
 	for k, v := range vals {
-		if k == "HSBX_EXEC_ID" {
-			return nil, &SpecError{"env", "HSBX_EXEC_ID is reserved: hsbx marks each command's processes with it"}
+		if k == ExecIDVar {
+			return nil, &SpecError{"env", ExecIDVar + " is reserved: hsbx marks each command's processes with it"}
 		}
 		if err := clientVarError("env", k, v, getenv); err != nil {
 			return nil, err

@@ -18,7 +18,7 @@ func (s *Sandbox) Stop(ctx context.Context) (bool, error) {
 	}
 	for _, c := range cs {
 		if c.State.Alive() {
-			if err := s.m.c.Runtime.Stop(ctx, c.ID, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			if err := s.rt().Stop(ctx, c.ID, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				return true, fmt.Errorf("stopping sandbox %s: %w", c.Name, err)
 			}
 		}
@@ -40,7 +40,7 @@ func (s *Sandbox) Down(ctx context.Context) ([]runtime.Container, error) {
 	s.mu.Lock()
 	s.id = ""
 	s.mu.Unlock()
-	removeMarker(s.m.c.StateDir, s.key.Hash())
+	removeMarker(s.stateDir(), s.key.Hash())
 	return cs, nil
 }
 
@@ -48,7 +48,7 @@ func (s *Sandbox) Down(ctx context.Context) ([]runtime.Container, error) {
 // without being the sandbox, if any (one engine call). Teardown never
 // touches it; callers say so.
 func (s *Sandbox) Squatter(ctx context.Context) (runtime.Container, bool) {
-	cs, err := s.m.c.Runtime.Inspect(ctx, s.name)
+	cs, err := s.rt().Inspect(ctx, s.name)
 	if err != nil || len(cs) != 1 || s.key.Matches(cs[0].Labels) {
 		return runtime.Container{}, false
 	}
@@ -66,14 +66,14 @@ func (s *Sandbox) removeAll(ctx context.Context, cs []runtime.Container) error {
 		}
 	}
 	for _, id := range alive {
-		if err := s.m.c.Runtime.Stop(ctx, id, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		if err := s.rt().Stop(ctx, id, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			s.m.log.Warn("stop failed; removing by force", "id", id, "error", err)
 		}
 	}
-	if err := s.m.c.Runtime.Remove(ctx, true, ids...); err != nil {
+	if err := s.rt().Remove(ctx, true, ids...); err != nil {
 		return fmt.Errorf("removing sandbox %s: %w", s.name, err)
 	}
-	left, err := s.m.c.Runtime.Inspect(ctx, ids...)
+	left, err := s.rt().Inspect(ctx, ids...)
 	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return fmt.Errorf("checking sandbox %s is gone: %w", s.name, err)
 	}
@@ -93,13 +93,13 @@ func (s *Sandbox) containers(ctx context.Context) ([]runtime.Container, error) {
 		if id == "" {
 			return nil, nil
 		}
-		cs, err := s.m.c.Runtime.Inspect(ctx, id)
+		cs, err := s.rt().Inspect(ctx, id)
 		if errors.Is(err, runtime.ErrNotFound) {
 			err = nil
 		}
 		return cs, err
 	}
-	listed, err := s.m.c.Runtime.List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
+	listed, err := s.rt().List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
 	if err != nil || len(listed) == 0 {
 		if err != nil {
 			err = fmt.Errorf("looking for sandbox %s: %w", s.name, err)
@@ -110,7 +110,7 @@ func (s *Sandbox) containers(ctx context.Context) ([]runtime.Container, error) {
 	for i, c := range listed {
 		ids[i] = c.ID
 	}
-	full, err := s.m.c.Runtime.Inspect(ctx, ids...)
+	full, err := s.rt().Inspect(ctx, ids...)
 	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return nil, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
 	}

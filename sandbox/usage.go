@@ -5,8 +5,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/hsbx/hsbx/internal/filelock"
 )
 
 // Usage tracking for the idle reaper, on the host: each sandbox key has a
@@ -45,19 +46,11 @@ func holdInUse(stateDir, keyHash string) func() {
 	if stateDir == "" {
 		return func() {}
 	}
-	dir := usageDir(stateDir, keyHash)
-	if os.MkdirAll(dir, 0o755) != nil {
-		return func() {}
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "in-use.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	release, err := filelock.Shared(filepath.Join(usageDir(stateDir, keyHash), "in-use.lock"))
 	if err != nil {
 		return func() {}
 	}
-	if syscall.Flock(int(f.Fd()), syscall.LOCK_SH) != nil {
-		f.Close()
-		return func() {}
-	}
-	return func() { f.Close() } // closing drops the lock
+	return release
 }
 
 // LastUse is when an hsbx process last used the sandbox with keyHash on
@@ -74,19 +67,11 @@ func LastUse(stateDir, keyHash string) (time.Time, bool) {
 // when a live process is using the sandbox; otherwise the caller holds it
 // (new commands wait) until release.
 func LockIdle(stateDir, keyHash string) (release func(), ok bool) {
-	dir := usageDir(stateDir, keyHash)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, false
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "in-use.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	release, ok, err := filelock.TryExclusive(filepath.Join(usageDir(stateDir, keyHash), "in-use.lock"))
 	if err != nil {
 		return nil, false
 	}
-	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-		f.Close()
-		return nil, false
-	}
-	return func() { f.Close() }, true
+	return release, ok
 }
 
 // The marker records the container this host verified for a key: its id

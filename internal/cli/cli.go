@@ -11,13 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/hsbx/hsbx/internal/config"
+	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/reaper"
 	"github.com/hsbx/hsbx/runtime"
@@ -41,14 +41,31 @@ const (
 )
 
 // Globals are the flags every command takes.
+//
+// Flags that are settings are strings here: the configuration resolves and
+// checks them with the environment and the file (flag > env > file >
+// default), and `hsbx config` shows them with their source.
 type Globals struct {
-	Runtime       string           `help:"Engine to drive: docker, podman, another name on PATH, or a path (env HSBX_RUNTIME; default auto-detect)." placeholder:"NAME|PATH"`
-	Profile       string           `help:"Profile whose sandboxes to act on (env HSBX_PROFILE; default \"default\")." placeholder:"NAME"`
-	Config        string           `help:"Configuration file (env HSBX_CONFIG; default $$XDG_CONFIG_HOME/hsbx/config.toml)." env:"HSBX_CONFIG" placeholder:"FILE"`
+	Runtime       string           `help:"Engine to drive: docker, podman, another name on PATH, or a path (runtime; env HSBX_RUNTIME, HERMES_DOCKER_BINARY; default auto-detect)." placeholder:"NAME|PATH"`
+	Profile       string           `help:"Profile whose sandboxes to act on (profile; env HSBX_PROFILE; default \"default\")." placeholder:"NAME"`
+	Config        string           `help:"Configuration file (env HSBX_CONFIG; default $$XDG_CONFIG_HOME/hsbx/config.toml)." placeholder:"FILE"`
 	JSON          bool             `help:"Print machine-readable JSON instead of text."`
-	LogLevel      string           `help:"Log to stderr at this level: debug (shows every engine call), info, warn, error." env:"HSBX_LOG_LEVEL" default:"warn" enum:"debug,info,warn,error"`
-	EngineTimeout time.Duration    `help:"Give up on an engine call that has not answered after this long (a duration like 30s, or seconds; run gets 4x for image pulls; exec's command has no limit once the engine has answered)." env:"HSBX_ENGINE_TIMEOUT" default:"60s"`
+	LogLevel      string           `help:"Log to stderr at this level: debug (shows every engine call), info, warn, error (log_level; env HSBX_LOG_LEVEL; default warn)." placeholder:"LEVEL"`
+	EngineTimeout string           `help:"Give up on an engine call that has not answered after this long: a duration like 30s, or seconds; run gets 4x for image pulls; exec's command has no limit once the engine has answered (engine_timeout; env HSBX_ENGINE_TIMEOUT; default 60s)." placeholder:"DUR"`
 	Version       kong.VersionFlag `help:"Print hsbx's version and exit."`
+}
+
+// flags are the settings given on the command line: the global ones and
+// those of the selected command.
+func (g *Globals) flags() []config.Flag {
+	var fs []config.Flag
+	for _, f := range []config.Flag{{Key: "runtime", Value: g.Runtime, Name: "--runtime"}, {Key: "profile", Value: g.Profile, Name: "--profile"},
+		{Key: "log_level", Value: g.LogLevel, Name: "--log-level"}, {Key: "engine_timeout", Value: g.EngineTimeout, Name: "--engine-timeout"}} {
+		if f.Value != "" {
+			fs = append(fs, f)
+		}
+	}
+	return fs
 }
 
 // grammar is the whole command line.
@@ -79,17 +96,16 @@ type Env struct {
 	Cwd string
 }
 
-// App is handed to every command's Run method.
+// App is handed to every command's Run method, with the context (which a
+// signal cancels).
 type App struct {
-	Ctx    context.Context
 	G      *Globals
 	Env    Env
 	Log    *slog.Logger
 	Runner *proc.Runner
 	Cfg    *config.Config
 
-	flags map[string][2]string // command flags that are settings
-	gate  *reaper.Gate         // the automatic sweep's once-per-window gate
+	gate *reaper.Gate // the automatic sweep's once-per-window gate
 }
 
 // Getenv reads the process environment given to Main.
@@ -98,14 +114,7 @@ func (a *App) Getenv(key string) string {
 	return v
 }
 
-func (a *App) lookupEnv(key string) (string, bool) {
-	for i := len(a.Env.Environ) - 1; i >= 0; i-- {
-		if k, v, ok := strings.Cut(a.Env.Environ[i], "="); ok && k == key {
-			return v, true
-		}
-	}
-	return "", false
-}
+func (a *App) lookupEnv(key string) (string, bool) { return environ.Lookup(a.Env.Environ, key) }
 
 // xdgDir is $XDG_<kind>_HOME/hsbx, or ~/<fallback>/hsbx.
 func (a *App) xdgDir(env, fallback string) string {
@@ -122,46 +131,32 @@ func (a *App) cacheDir() string { return a.xdgDir("XDG_CACHE_HOME", ".cache") }
 func (a *App) stateDir() string { return a.xdgDir("XDG_STATE_HOME", ".local/state") }
 
 // profile is the resolved profile.
-func (a *App) profile() string { return a.Cfg.String("profile") }
+func (a *App) profile() string { return a.Cfg.Profile.Value }
 
-// scope is the set of sandboxes this invocation acts on: the profile's, or
-// the shared container key's when one is set.
-func (a *App) scope() sandbox.Scope {
-	return sandbox.Scope{Profile: a.profile(), Shared: a.Cfg.SharedKey()}
-}
-
-// detectOptions are the engine-finding options this invocation implies.
+// detectOptions are the engine-finding options this invocation implies:
+// the runtime setting (flag, HSBX_RUNTIME, HERMES_DOCKER_BINARY or the
+// file) with its source, and the known install paths.
 func (a *App) detectOptions() detect.Options {
 	o := detect.Options{
-		Getenv:   a.Getenv,
 		LookPath: func(name string) (string, error) { return proc.LookPathIn(name, a.Getenv("PATH")) },
 		CacheDir: a.cacheDir(),
-		Engine:   enginecli.Options{Runner: a.Runner, Env: a.Env.Environ, Timeout: a.G.EngineTimeout},
+		Engine:   enginecli.Options{Runner: a.Runner, Env: a.Env.Environ, Timeout: a.Cfg.EngineTimeout.Value},
+		Known:    a.Cfg.KnownPaths.Value,
 	}
-	// HERMES_DOCKER_BINARY and auto-detection are detect's own rules.
-	if rv := a.Cfg.Get("runtime"); rv.Source != "env HERMES_DOCKER_BINARY" {
-		o.Runtime, o.RuntimeSource = a.Cfg.String("runtime"), rv.Source
-	}
-	// HSBX_KNOWN_PATHS (colon-separated) replaces the built-in list of
-	// install locations tried after PATH, for packagers and for tests that
-	// must never reach a real engine.
-	if kp, ok := a.lookupEnv("HSBX_KNOWN_PATHS"); ok {
-		o.Known = filepath.SplitList(kp)
-		if o.Known == nil {
-			o.Known = []string{}
-		}
+	if rt := a.Cfg.Runtime; rt.Value != "auto" {
+		o.Runtime, o.RuntimeSource = rt.Value, rt.Source
 	}
 	return o
 }
 
 // manager opens the engine and returns a sandbox manager for it.
-func (a *App) manager() (*sandbox.Manager, error) {
-	rt, _, err := detect.Open(a.Ctx, a.detectOptions())
+func (a *App) manager(ctx context.Context) (*sandbox.Manager, error) {
+	rt, _, err := detect.Open(ctx, a.detectOptions())
 	if err != nil {
 		return nil, err
 	}
 	if a.gate == nil {
-		a.gate = &reaper.Gate{StateDir: a.stateDir(), Window: a.Cfg.Duration("reaper.lifetime")}
+		a.gate = &reaper.Gate{StateDir: a.stateDir(), Window: a.Cfg.Reaper.Lifetime.Value}
 	}
 	var m *sandbox.Manager
 	m = sandbox.New(sandbox.Config{
@@ -173,13 +168,13 @@ func (a *App) manager() (*sandbox.Manager, error) {
 	return m, nil
 }
 
-// sandbox returns the handle for task in the current profile.
-func (a *App) sandbox(task string) (*sandbox.Sandbox, error) {
-	m, err := a.manager()
+// sandbox returns the handle for the task setting's sandbox.
+func (a *App) sandbox(ctx context.Context) (*sandbox.Sandbox, error) {
+	m, err := a.manager(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return m.Sandbox(sandbox.Key{Profile: a.profile(), Task: task, Shared: a.Cfg.SharedKey()}, a.Cfg.Spec()), nil
+	return m.Sandbox(a.Cfg.Key(), a.Cfg.Spec()), nil
 }
 
 // Main runs hsbx with the given process environment and returns the exit code.
@@ -207,21 +202,17 @@ func Main(ctx context.Context, env Env) int {
 		fmt.Fprintf(env.Stderr, "hsbx: %v\n  hint: run 'hsbx --help' (or 'hsbx COMMAND --help') for usage; nothing was done\n", err)
 		return ExitUsage
 	}
-	log := newLogger(env.Stderr, g.LogLevel)
-	app := &App{Ctx: ctx, G: &g.Globals, Env: env, Log: log, Runner: &proc.Runner{Log: log}, flags: map[string][2]string{}}
-	if g.Runtime != "" {
-		app.flags["runtime"] = [2]string{g.Runtime, "--runtime"}
-	}
-	if g.Profile != "" {
-		app.flags["profile"] = [2]string{g.Profile, "--profile"}
-	}
+	flags := g.flags()
 	if s, ok := kctx.Selected().Target.Addr().Interface().(settingFlags); ok {
-		s.settingFlags(app.flags)
+		flags = append(flags, s.settingFlags()...)
 	}
-	if kctx.Command() != "version" {
-		cfg, err := config.Load(config.Options{File: g.Config, Getenv: app.lookupEnv, Flags: app.flags})
+	app := &App{G: &g.Globals, Env: env}
+	if kctx.Command() == "version" { // never fails on a bad configuration
+		app.Cfg = &config.Config{Settings: config.Defaults()}
+	} else {
+		cfg, err := config.Load(config.Options{File: g.Config, Getenv: app.lookupEnv, Flags: flags})
 		if err != nil {
-			fmt.Fprintf(env.Stderr, "hsbx: configuration: %v\n", err)
+			fmt.Fprintf(env.Stderr, "hsbx: configuration: %s\n", safe(err.Error()))
 			var ce *config.Error
 			if errors.As(err, &ce) {
 				fmt.Fprintf(env.Stderr, "  hint: %s\n", ce.Hint())
@@ -230,6 +221,9 @@ func Main(ctx context.Context, env Env) int {
 		}
 		app.Cfg = cfg
 	}
+	app.Log = newLogger(env.Stderr, app.Cfg.LogLevel.Value)
+	app.Runner = &proc.Runner{Log: app.Log}
+	kctx.BindTo(ctx, (*context.Context)(nil))
 	if err := kctx.Run(app); err != nil {
 		return report(ctx, env.Stderr, err)
 	}
@@ -253,10 +247,10 @@ func durationMapper() kong.MapperFunc {
 	}
 }
 
-// settingFlags is implemented by commands whose flags override settings
-// (`up --image`, `exec --timeout`).
+// settingFlags is implemented by commands whose flags are settings
+// (`--task`, `up --image`, `exec --timeout`, `reap --idle`).
 type settingFlags interface {
-	settingFlags(map[string][2]string)
+	settingFlags() []config.Flag
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -14,7 +15,7 @@ type ConfigCmd struct {
 }
 
 // Run implements the command; it makes no engine call.
-func (c *ConfigCmd) Run(app *App) error {
+func (c *ConfigCmd) Run(ctx context.Context, app *App) error {
 	if c.Path {
 		p := app.Cfg.Path
 		if p == "" {

@@ -1,9 +1,9 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/hsbx/hsbx/internal/config"
 	"github.com/hsbx/hsbx/runtime"
@@ -27,17 +27,15 @@ type doctorReport struct {
 
 // Run implements the command: detection (always asking the binary, never
 // the cache), then one `info` call. Exit 125 when no engine is usable.
-func (c *DoctorCmd) Run(app *App) error {
+func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 	o := app.detectOptions()
 	o.Fresh = true
-	found, err := detect.Find(app.Ctx, o)
+	found, err := detect.Find(ctx, o)
 	r := doctorReport{Runtime: found.Dialect, Binary: found.Path, Source: found.Source}
-	if fields := strings.Fields(found.VersionLine); len(fields) >= 3 {
-		r.Client = strings.TrimSuffix(fields[2], ",")
-	}
+	r.Client = found.ClientVersion
 	if err == nil {
 		var info runtime.Info
-		info, err = detect.New(found, o.Engine).Info(app.Ctx)
+		info, err = detect.New(found, o.Engine).Info(ctx)
 		if err == nil {
 			r.Reachable, r.Rootless, r.Version = true, info.Rootless, info.ServerVersion
 		}

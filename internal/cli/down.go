@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -13,20 +14,20 @@ type StopCmd struct {
 }
 
 // Run implements the command. No sandbox is not an error.
-func (c *StopCmd) Run(app *App) error {
-	sb, err := app.sandbox(c.Task)
+func (c *StopCmd) Run(ctx context.Context, app *App) error {
+	sb, err := app.sandbox(ctx)
 	if err != nil {
 		return err
 	}
-	found, err := sb.Stop(app.Ctx)
+	found, err := sb.Stop(ctx)
 	if err != nil {
 		return err
 	}
 	if app.G.JSON {
-		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"name": sb.Name(), "task": c.Task, "profile": app.profile(), "stopped": found})
+		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"name": sb.Name(), "task": app.Cfg.Task.Value, "profile": app.profile(), "stopped": found})
 	}
 	if !found {
-		noSandbox(app, sb, c.Task)
+		noSandbox(ctx, app, sb)
 		return nil
 	}
 	_, err = fmt.Fprintf(app.Env.Stdout, "stopped %s\n", sb.Name())
@@ -39,12 +40,12 @@ type DownCmd struct {
 }
 
 // Run implements the command. No sandbox is not an error.
-func (c *DownCmd) Run(app *App) error {
-	sb, err := app.sandbox(c.Task)
+func (c *DownCmd) Run(ctx context.Context, app *App) error {
+	sb, err := app.sandbox(ctx)
 	if err != nil {
 		return err
 	}
-	removed, err := sb.Down(app.Ctx)
+	removed, err := sb.Down(ctx)
 	if err != nil {
 		return err
 	}
@@ -53,10 +54,10 @@ func (c *DownCmd) Run(app *App) error {
 		for _, r := range removed {
 			ids = append(ids, r.ID)
 		}
-		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"task": c.Task, "profile": app.profile(), "removed": ids})
+		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"task": app.Cfg.Task.Value, "profile": app.profile(), "removed": ids})
 	}
 	if len(removed) == 0 {
-		noSandbox(app, sb, c.Task)
+		noSandbox(ctx, app, sb)
 		return nil
 	}
 	for _, r := range removed {
@@ -67,9 +68,10 @@ func (c *DownCmd) Run(app *App) error {
 
 // noSandbox says there is nothing to tear down, and names a container that
 // squats on the sandbox's name (left alone).
-func noSandbox(app *App, sb *sandbox.Sandbox, task string) {
+func noSandbox(ctx context.Context, app *App, sb *sandbox.Sandbox) {
+	task := sb.Key().Task
 	fmt.Fprintf(app.Env.Stderr, "hsbx: no sandbox for task %q in profile %q\n", safe(task), safe(app.profile()))
-	if c, ok := sb.Squatter(app.Ctx); ok {
+	if c, ok := sb.Squatter(ctx); ok {
 		fmt.Fprintf(app.Env.Stderr, "hsbx: warning: container %s (%.12s) holds this sandbox's name but is not an hsbx sandbox (no hsbx.key=%s label); it was left alone\n", safe(c.Name), c.ID, sb.Key().Hash())
 	}
 }

@@ -1,36 +1,39 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"golang.org/x/term"
 
+	"github.com/hsbx/hsbx/internal/config"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
 // ExecCmd runs a command in a sandbox.
 type ExecCmd struct {
 	taskFlag
-	Workdir     string        `short:"w" help:"Working directory in the sandbox." placeholder:"DIR"`
-	Env         []string      `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (DOCKER_*, PATH, LD_*, ...) are refused." placeholder:"K[=V]"`
-	Timeout     time.Duration `help:"Kill the command (in the sandbox) after this long and exit 124 (sandbox.timeout; 0 = none)." placeholder:"DUR"`
-	Interactive bool          `short:"i" help:"Keep stdin open."`
-	TTY         bool          `short:"t" help:"Allocate a terminal."`
-	Cmd         []string      `arg:"" passthrough:"partial" help:"The command and its arguments (after --; everything before -- is hsbx's)." placeholder:"CMD"`
+	Workdir     string   `short:"w" help:"Working directory in the sandbox." placeholder:"DIR"`
+	Env         []string `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (DOCKER_*, PATH, LD_*, ...) are refused." placeholder:"K[=V]"`
+	Timeout     string   `help:"Kill the command (in the sandbox) after this long and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
+	Interactive bool     `short:"i" help:"Keep stdin open."`
+	TTY         bool     `short:"t" help:"Allocate a terminal."`
+	Cmd         []string `arg:"" passthrough:"partial" help:"The command and its arguments (after --; everything before -- is hsbx's)." placeholder:"CMD"`
 }
 
-func (c *ExecCmd) settingFlags(f map[string][2]string) {
-	if c.Timeout != 0 {
-		f["sandbox.timeout"] = [2]string{c.Timeout.String(), "--timeout"}
+func (c *ExecCmd) settingFlags() []config.Flag {
+	fs := c.taskFlag.flags()
+	if c.Timeout != "" {
+		fs = append(fs, config.Flag{Key: "sandbox.timeout", Value: c.Timeout, Name: "--timeout"})
 	}
+	return fs
 }
 
 // Run implements the command: one engine call when the sandbox is up.
-func (c *ExecCmd) Run(app *App) error {
+func (c *ExecCmd) Run(ctx context.Context, app *App) error {
 	argv := c.Cmd
 	if len(argv) > 0 && argv[0] == "--" {
 		argv = argv[1:]
@@ -42,9 +45,9 @@ func (c *ExecCmd) Run(app *App) error {
 	if err != nil {
 		return &exitError{code: ExitUsage, err: err}
 	}
-	return runInSandbox(app, c.Task, sandbox.Command{
+	return runInSandbox(ctx, app, sandbox.Command{
 		Argv: argv, WorkDir: c.Workdir, Env: env, Interactive: c.Interactive, TTY: c.TTY,
-		Timeout: app.Cfg.Duration("sandbox.timeout"),
+		Timeout: app.Cfg.Sandbox.Timeout.Value,
 	})
 }
 
@@ -69,8 +72,8 @@ func (c *ExecCmd) envValues(app *App) (map[string]string, error) {
 
 // runInSandbox runs cmd with the process's stdio, then ends the sandbox
 // handle (removing a per-process sandbox) and maps the outcome to an exit.
-func runInSandbox(app *App, task string, cmd sandbox.Command) error {
-	sb, err := app.sandbox(task)
+func runInSandbox(ctx context.Context, app *App, cmd sandbox.Command) error {
+	sb, err := app.sandbox(ctx)
 	if err != nil {
 		return err
 	}
@@ -78,8 +81,8 @@ func runInSandbox(app *App, task string, cmd sandbox.Command) error {
 	if !cmd.Interactive {
 		cmd.Stdin = nil // as `docker exec` without -i: the command gets no input
 	}
-	code, err := sb.Exec(app.Ctx, cmd)
-	if cerr := sb.Close(app.Ctx); cerr != nil {
+	code, err := sb.Exec(ctx, cmd)
+	if cerr := sb.Close(ctx); cerr != nil {
 		fmt.Fprintf(app.Env.Stderr, "hsbx: removing the per-process sandbox: %v\n", cerr)
 	}
 	var ie *sandbox.InterruptedError
@@ -93,12 +96,12 @@ func runInSandbox(app *App, task string, cmd sandbox.Command) error {
 			fmt.Fprintf(app.Env.Stderr, "hsbx: %v; %s\n", we, killedNote(ie))
 		}
 		return &exitError{code: ExitBrokenPipe}
-	case errors.As(err, &ie) && errors.Is(ie.Cause, sandbox.ErrTimeout):
+	case errors.As(err, &ie) && errors.Is(ie.Cause, sandbox.ErrCommandTimeout):
 		fmt.Fprintf(app.Env.Stderr, "hsbx: command timed out after %s; %s\n", cmd.Timeout, killedNote(ie))
 		return &exitError{code: ExitTimeout}
 	case errors.As(err, &ie):
 		fmt.Fprintf(app.Env.Stderr, "hsbx: %v; %s\n", ie.Cause, killedNote(ie))
-		return &exitError{code: exitCode(app.Ctx, ie.Cause)}
+		return &exitError{code: exitCode(ctx, ie.Cause)}
 	case err != nil:
 		return err
 	}
@@ -123,9 +126,9 @@ type ShellCmd struct {
 
 // Run implements the command: bash if the image has it, else sh; a TTY
 // when stdin and stdout are terminals.
-func (c *ShellCmd) Run(app *App) error {
+func (c *ShellCmd) Run(ctx context.Context, app *App) error {
 	tty := isTerminal(app.Env.Stdin) && isTerminal(app.Env.Stdout)
-	return runInSandbox(app, c.Task, sandbox.Command{
+	return runInSandbox(ctx, app, sandbox.Command{
 		Argv:    []string{"sh", "-c", `if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l`},
 		WorkDir: c.Workdir, Interactive: true, TTY: tty,
 	})

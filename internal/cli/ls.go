@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -15,12 +16,12 @@ type LsCmd struct {
 }
 
 // Run implements the command.
-func (c *LsCmd) Run(app *App) error {
-	m, err := app.manager()
+func (c *LsCmd) Run(ctx context.Context, app *App) error {
+	m, err := app.manager(ctx)
 	if err != nil {
 		return err
 	}
-	ls, err := m.List(app.Ctx, app.scope(), c.AllProfiles)
+	ls, err := m.List(ctx, app.Cfg.Scope(), c.AllProfiles)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/config"
 	"github.com/hsbx/hsbx/reaper"
 	"github.com/hsbx/hsbx/sandbox"
 )
@@ -13,30 +14,31 @@ import (
 // ReapCmd removes sandboxes that crashed or abandoned processes left behind.
 type ReapCmd struct {
 	MaxAge      time.Duration `help:"Remove exited, never-started and dead sandboxes older than this (default: 2 x reaper.lifetime, at least 120s)." placeholder:"DUR"`
-	Idle        time.Duration `help:"Also remove running sandboxes unused through hsbx for this long that no live hsbx process is using (reaper.idle_after; 0 = never)." placeholder:"DUR"`
+	Idle        string        `help:"Also remove running sandboxes unused through hsbx for this long, with no command running in them on any host (reaper.idle_after; 0 = never)." placeholder:"DUR"`
 	AllProfiles bool          `help:"Sweep every profile, not only the current one."`
 	DryRun      bool          `help:"Report the verdicts; remove nothing."`
 }
 
-func (c *ReapCmd) settingFlags(f map[string][2]string) {
-	if c.Idle != 0 {
-		f["reaper.idle_after"] = [2]string{c.Idle.String(), "--idle"}
+func (c *ReapCmd) settingFlags() []config.Flag {
+	if c.Idle == "" {
+		return nil
 	}
+	return []config.Flag{{Key: "reaper.idle_after", Value: c.Idle, Name: "--idle"}}
 }
 
 // Run implements the command: a constant number of engine calls.
-func (c *ReapCmd) Run(app *App) error {
-	m, err := app.manager()
+func (c *ReapCmd) Run(ctx context.Context, app *App) error {
+	m, err := app.manager(ctx)
 	if err != nil {
 		return err
 	}
 	maxAge := c.MaxAge
 	if maxAge <= 0 {
-		maxAge = reaper.MaxAge(app.Cfg.Duration("reaper.lifetime"))
+		maxAge = reaper.MaxAge(app.Cfg.Reaper.Lifetime.Value)
 	}
-	rep, err := app.sweeper(m).Sweep(app.Ctx, reaper.Options{
-		Profile: app.profile(), Shared: app.Cfg.SharedKey(), AllProfiles: c.AllProfiles, MaxAge: maxAge,
-		Idle: app.Cfg.Duration("reaper.idle_after"), Now: time.Now(),
+	rep, err := app.sweeper(m).Sweep(ctx, reaper.Options{
+		Profile: app.profile(), Shared: app.Cfg.Sandbox.SharedContainerKey.Value, AllProfiles: c.AllProfiles, MaxAge: maxAge,
+		Idle: app.Cfg.Reaper.IdleAfter.Value, Now: time.Now(),
 	}, c.DryRun)
 	if err != nil {
 		return err
@@ -74,13 +76,13 @@ func (a *App) sweeper(m *sandbox.Manager) *reaper.Sweeper {
 // failures are logged, never the command's.
 func (a *App) autoSweep(m *sandbox.Manager) func(context.Context) {
 	return func(ctx context.Context) {
-		if !a.Cfg.Bool("reaper.orphan_reaper") {
+		if !a.Cfg.Reaper.OrphanReaper.Value {
 			return
 		}
-		lifetime := a.Cfg.Duration("reaper.lifetime")
+		lifetime := a.Cfg.Reaper.Lifetime.Value
 		ran, err := a.gate.Maybe(ctx, a.profile(), func(ctx context.Context) error {
 			rep, err := a.sweeper(m).Sweep(ctx, reaper.Options{
-				Profile: a.profile(), Shared: a.Cfg.SharedKey(), MaxAge: reaper.MaxAge(lifetime), Idle: a.Cfg.Duration("reaper.idle_after"), Now: time.Now(),
+				Profile: a.profile(), Shared: a.Cfg.Sandbox.SharedContainerKey.Value, MaxAge: reaper.MaxAge(lifetime), Idle: a.Cfg.Reaper.IdleAfter.Value, Now: time.Now(),
 			}, false)
 			for _, r := range rep.Removed {
 				a.Log.Info("reaped orphan sandbox", "id", r.ID, "task", r.Task, "reason", r.Reason, "age_seconds", r.AgeSeconds)

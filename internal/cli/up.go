@@ -1,14 +1,26 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/hsbx/hsbx/internal/config"
 )
 
 // taskFlag is the --task every sandbox command takes.
 type taskFlag struct {
-	Task string `help:"Task whose sandbox to use (env HSBX_TASK)." env:"HSBX_TASK" default:"default" placeholder:"ID"`
+	Task string `help:"Task whose sandbox to use (task; env HSBX_TASK; default \"default\")." placeholder:"ID"`
 }
+
+func (t taskFlag) flags() []config.Flag {
+	if t.Task == "" {
+		return nil
+	}
+	return []config.Flag{{Key: "task", Value: t.Task, Name: "--task"}}
+}
+
+func (t taskFlag) settingFlags() []config.Flag { return t.flags() }
 
 // UpCmd brings a sandbox up.
 type UpCmd struct {
@@ -16,22 +28,24 @@ type UpCmd struct {
 	Image string `help:"Image for a new sandbox (sandbox.image; an existing sandbox keeps its image)." placeholder:"REF"`
 }
 
-func (c *UpCmd) settingFlags(f map[string][2]string) {
+func (c *UpCmd) settingFlags() []config.Flag {
+	fs := c.taskFlag.flags()
 	if c.Image != "" {
-		f["sandbox.image"] = [2]string{c.Image, "--image"}
+		fs = append(fs, config.Flag{Key: "sandbox.image", Value: c.Image, Name: "--image"})
 	}
+	return fs
 }
 
 // Run implements the command. A running sandbox costs one engine call.
-func (c *UpCmd) Run(app *App) error {
-	if !app.Cfg.Bool("sandbox.persist_across_processes") {
-		return &exitError{code: ExitUsage, err: fmt.Errorf("`hsbx up` with persist_across_processes = false (%s) would make a sandbox that is removed as soon as hsbx exits; use `hsbx exec`, or turn persistence on", app.Cfg.Get("sandbox.persist_across_processes").Source)}
+func (c *UpCmd) Run(ctx context.Context, app *App) error {
+	if pa := app.Cfg.Sandbox.PersistAcrossProcesses; !pa.Value {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("`hsbx up` with persist_across_processes = false (%s) would make a sandbox that is removed as soon as hsbx exits; use `hsbx exec`, or turn persistence on", pa.Source)}
 	}
-	sb, err := app.sandbox(c.Task)
+	sb, err := app.sandbox(ctx)
 	if err != nil {
 		return err
 	}
-	res, err := sb.Ensure(app.Ctx)
+	res, err := sb.Ensure(ctx)
 	if err != nil {
 		return err
 	}

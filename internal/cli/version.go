@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	goruntime "runtime"
@@ -10,7 +11,7 @@ import (
 type VersionCmd struct{}
 
 // Run implements the command.
-func (c *VersionCmd) Run(app *App) error {
+func (c *VersionCmd) Run(ctx context.Context, app *App) error {
 	if app.G.JSON {
 		return json.NewEncoder(app.Env.Stdout).Encode(map[string]string{
 			"version": Version, "go": goruntime.Version(), "platform": goruntime.GOOS + "/" + goruntime.GOARCH,

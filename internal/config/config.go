@@ -1,4 +1,4 @@
-// Package config resolves hsbx's settings from four levels with one
+// Package config resolves hsbx's settings into one typed struct, with one
 // precedence everywhere: flag > environment > file > default. The file is
 // TOML (BurntSushi/toml); the environment variables are the Hermes agent
 // framework's TERMINAL_* names (so users carry settings across) plus
@@ -6,80 +6,150 @@
 package config
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/hsbx/hsbx/runtime/detect"
+	"github.com/hsbx/hsbx/runtime/enginecli"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
-// kind is how a setting's value is written and parsed.
-type kind int
-
-const (
-	kString kind = iota
-	kBool
-	kFloat
-	kInt      // whole number (MB, count)
-	kDuration // "300s"; plain numbers are seconds
-	kStrings  // TOML array / JSON array of strings in env
-	kStrMap   // TOML table / JSON object in env
-)
-
-func (k kind) want() string {
-	return [...]string{"a string", "a boolean (true/1/yes or false/0/no)", "a number", "a whole number",
-		`a duration like "300s" or a number of seconds`, "an array of strings", "a table of strings"}[k]
+// Setting is one resolved value and where it came from: "default",
+// "file PATH:LINE", "env NAME" or "flag --NAME".
+type Setting[T any] struct {
+	Value  T
+	Source string
 }
 
-// setting describes one key.
-type setting struct {
+// Explicit reports whether the user set it (anything but the default).
+func (s Setting[T]) Explicit() bool { return s.Source != "default" }
+
+// Settings is every setting hsbx reads.
+type Settings struct {
+	Runtime       Setting[string]        // runtime: docker | podman | a path | auto
+	Profile       Setting[string]        // profile
+	Task          Setting[string]        // task: the sandbox commands act on
+	LogLevel      Setting[string]        // log_level: debug | info | warn | error
+	EngineTimeout Setting[time.Duration] // engine_timeout: bound on each engine call
+	// KnownPaths are the install locations tried after PATH.
+	KnownPaths Setting[[]string]
+	Sandbox    SandboxSettings
+	Reaper     ReaperSettings
+}
+
+// SandboxSettings are the [sandbox] table: how a sandbox is made.
+type SandboxSettings struct {
+	Image                  Setting[string]
+	Cwd                    Setting[string]
+	Volumes                Setting[[]string]
+	Env                    Setting[map[string]string]
+	ForwardEnv             Setting[[]string]
+	ExtraArgs              Setting[[]string]
+	CPU                    Setting[float64]
+	Memory                 Setting[int64]
+	Disk                   Setting[int64]
+	PidsLimit              Setting[int64]
+	ShmSize                Setting[string]
+	Network                Setting[bool]
+	SharedContainerKey     Setting[string]
+	SandboxDir             Setting[string]
+	SnapCompat             Setting[bool]
+	RunAsHostUser          Setting[bool]
+	MountCwdToWorkspace    Setting[bool]
+	Persistent             Setting[bool]
+	PersistAcrossProcesses Setting[bool]
+	Timeout                Setting[time.Duration]
+}
+
+// ReaperSettings are the [reaper] table.
+type ReaperSettings struct {
+	OrphanReaper Setting[bool]
+	Lifetime     Setting[time.Duration]
+	IdleAfter    Setting[time.Duration]
+}
+
+// Defaults are the settings before any file, environment or flag: the one
+// place defaults live (the sandbox's come from sandbox.DefaultSpec).
+func Defaults() Settings {
+	d := sandbox.DefaultSpec()
+	return Settings{
+		Runtime: Setting[string]{"auto", "default"}, Profile: Setting[string]{"default", "default"},
+		Task: Setting[string]{"default", "default"}, LogLevel: Setting[string]{"warn", "default"},
+		EngineTimeout: Setting[time.Duration]{enginecli.DefaultTimeout, "default"},
+		KnownPaths:    Setting[[]string]{detect.KnownPaths(), "default"},
+		Sandbox: SandboxSettings{
+			Image: Setting[string]{d.Image, "default"}, Cwd: Setting[string]{d.Cwd, "default"},
+			Volumes: Setting[[]string]{[]string{}, "default"}, Env: Setting[map[string]string]{map[string]string{}, "default"},
+			ForwardEnv: Setting[[]string]{[]string{}, "default"}, ExtraArgs: Setting[[]string]{[]string{}, "default"},
+			CPU: Setting[float64]{d.CPU, "default"}, Memory: Setting[int64]{d.MemoryMB, "default"},
+			Disk: Setting[int64]{d.DiskMB, "default"}, PidsLimit: Setting[int64]{d.PidsLimit, "default"},
+			ShmSize: Setting[string]{d.ShmSize, "default"}, Network: Setting[bool]{d.Network, "default"},
+			SharedContainerKey: Setting[string]{"", "default"}, SandboxDir: Setting[string]{d.SandboxDir, "default"},
+			SnapCompat: Setting[bool]{d.SnapCompat, "default"}, RunAsHostUser: Setting[bool]{d.RunAsHostUser, "default"},
+			MountCwdToWorkspace: Setting[bool]{d.MountCwdToWorkspace, "default"}, Persistent: Setting[bool]{d.Persistent, "default"},
+			PersistAcrossProcesses: Setting[bool]{d.PersistAcrossProcesses, "default"}, Timeout: Setting[time.Duration]{0, "default"},
+		},
+		Reaper: ReaperSettings{
+			OrphanReaper: Setting[bool]{true, "default"}, Lifetime: Setting[time.Duration]{300 * time.Second, "default"},
+			IdleAfter: Setting[time.Duration]{0, "default"},
+		},
+	}
+}
+
+// field binds a key, its environment variables and its flag to one typed
+// setting. fields is the only table of settings.
+type field struct {
 	key  string   // file key, dotted: "sandbox.image"
 	env  []string // environment variables, first wins
-	kind kind
-	def  any
-	help string
+	flag string   // the flag that sets it, if any ("--image")
+	ptr  any      // *Setting[T]
+	enum []string // allowed values (strings only)
+	// paths: the environment value is a colon-separated list (not JSON)
+	paths bool
 }
 
-// settings is every key hsbx reads, in display order.
-var settings = []setting{
-	{key: "runtime", env: []string{"HSBX_RUNTIME", "HERMES_DOCKER_BINARY"}, kind: kString, def: "auto", help: "docker | podman | a path | auto"},
-	{key: "profile", env: []string{"HSBX_PROFILE"}, kind: kString, def: "default"},
-	{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, kind: kString, def: sandbox.DefaultImage},
-	{key: "sandbox.cwd", env: []string{"TERMINAL_CWD"}, kind: kString, def: "/root"},
-	{key: "sandbox.volumes", env: []string{"TERMINAL_DOCKER_VOLUMES"}, kind: kStrings, def: []string{}},
-	{key: "sandbox.env", env: []string{"TERMINAL_DOCKER_ENV"}, kind: kStrMap, def: map[string]string{}},
-	{key: "sandbox.forward_env", env: []string{"TERMINAL_DOCKER_FORWARD_ENV"}, kind: kStrings, def: []string{}},
-	{key: "sandbox.extra_args", env: []string{"TERMINAL_DOCKER_EXTRA_ARGS"}, kind: kStrings, def: []string{}},
-	{key: "sandbox.cpu", env: []string{"TERMINAL_CONTAINER_CPU"}, kind: kFloat, def: 1.0},
-	{key: "sandbox.memory", env: []string{"TERMINAL_CONTAINER_MEMORY"}, kind: kInt, def: int64(5120)},
-	{key: "sandbox.disk", env: []string{"TERMINAL_CONTAINER_DISK"}, kind: kInt, def: int64(0)},
-	{key: "sandbox.pids_limit", kind: kInt, def: int64(256)},
-	{key: "sandbox.shm_size", env: []string{"TERMINAL_DOCKER_SHM_SIZE"}, kind: kString, def: "1g"},
-	{key: "sandbox.network", env: []string{"TERMINAL_DOCKER_NETWORK"}, kind: kBool, def: true},
-	{key: "sandbox.shared_container_key", env: []string{"TERMINAL_DOCKER_SHARED_CONTAINER_KEY"}, kind: kString, def: ""},
-	{key: "sandbox.sandbox_dir", env: []string{"TERMINAL_SANDBOX_DIR"}, kind: kString, def: ""},
-	{key: "sandbox.snap_compat", env: []string{"TERMINAL_DOCKER_SNAP_COMPAT"}, kind: kBool, def: false},
-	{key: "sandbox.run_as_host_user", env: []string{"TERMINAL_DOCKER_RUN_AS_HOST_USER"}, kind: kBool, def: false},
-	{key: "sandbox.mount_cwd_to_workspace", env: []string{"TERMINAL_DOCKER_MOUNT_CWD_TO_WORKSPACE"}, kind: kBool, def: false},
-	{key: "sandbox.persistent", env: []string{"TERMINAL_CONTAINER_PERSISTENT"}, kind: kBool, def: true},
-	{key: "sandbox.persist_across_processes", env: []string{"TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES"}, kind: kBool, def: true},
-	{key: "sandbox.timeout", env: []string{"TERMINAL_TIMEOUT"}, kind: kDuration, def: time.Duration(0)},
-	{key: "reaper.orphan_reaper", env: []string{"TERMINAL_DOCKER_ORPHAN_REAPER"}, kind: kBool, def: true},
-	{key: "reaper.lifetime", env: []string{"TERMINAL_LIFETIME_SECONDS"}, kind: kDuration, def: 300 * time.Second},
-	{key: "reaper.idle_after", kind: kDuration, def: time.Duration(0)},
+func (s *Settings) fields() []field {
+	sb, r := &s.Sandbox, &s.Reaper
+	return []field{
+		{key: "runtime", env: []string{"HSBX_RUNTIME", "HERMES_DOCKER_BINARY"}, flag: "--runtime", ptr: &s.Runtime},
+		{key: "profile", env: []string{"HSBX_PROFILE"}, flag: "--profile", ptr: &s.Profile},
+		{key: "task", env: []string{"HSBX_TASK"}, flag: "--task", ptr: &s.Task},
+		{key: "log_level", env: []string{"HSBX_LOG_LEVEL"}, flag: "--log-level", ptr: &s.LogLevel, enum: []string{"debug", "info", "warn", "error"}},
+		{key: "engine_timeout", env: []string{"HSBX_ENGINE_TIMEOUT"}, flag: "--engine-timeout", ptr: &s.EngineTimeout},
+		{key: "known_paths", env: []string{"HSBX_KNOWN_PATHS"}, ptr: &s.KnownPaths, paths: true},
+		{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, flag: "--image", ptr: &sb.Image},
+		{key: "sandbox.cwd", env: []string{"TERMINAL_CWD"}, ptr: &sb.Cwd},
+		{key: "sandbox.volumes", env: []string{"TERMINAL_DOCKER_VOLUMES"}, ptr: &sb.Volumes},
+		{key: "sandbox.env", env: []string{"TERMINAL_DOCKER_ENV"}, ptr: &sb.Env},
+		{key: "sandbox.forward_env", env: []string{"TERMINAL_DOCKER_FORWARD_ENV"}, ptr: &sb.ForwardEnv},
+		{key: "sandbox.extra_args", env: []string{"TERMINAL_DOCKER_EXTRA_ARGS"}, ptr: &sb.ExtraArgs},
+		{key: "sandbox.cpu", env: []string{"TERMINAL_CONTAINER_CPU"}, ptr: &sb.CPU},
+		{key: "sandbox.memory", env: []string{"TERMINAL_CONTAINER_MEMORY"}, ptr: &sb.Memory},
+		{key: "sandbox.disk", env: []string{"TERMINAL_CONTAINER_DISK"}, ptr: &sb.Disk},
+		{key: "sandbox.pids_limit", ptr: &sb.PidsLimit},
+		{key: "sandbox.shm_size", env: []string{"TERMINAL_DOCKER_SHM_SIZE"}, ptr: &sb.ShmSize},
+		{key: "sandbox.network", env: []string{"TERMINAL_DOCKER_NETWORK"}, ptr: &sb.Network},
+		{key: "sandbox.shared_container_key", env: []string{"TERMINAL_DOCKER_SHARED_CONTAINER_KEY"}, ptr: &sb.SharedContainerKey},
+		{key: "sandbox.sandbox_dir", env: []string{"TERMINAL_SANDBOX_DIR"}, ptr: &sb.SandboxDir},
+		{key: "sandbox.snap_compat", env: []string{"TERMINAL_DOCKER_SNAP_COMPAT"}, ptr: &sb.SnapCompat},
+		{key: "sandbox.run_as_host_user", env: []string{"TERMINAL_DOCKER_RUN_AS_HOST_USER"}, ptr: &sb.RunAsHostUser},
+		{key: "sandbox.mount_cwd_to_workspace", env: []string{"TERMINAL_DOCKER_MOUNT_CWD_TO_WORKSPACE"}, ptr: &sb.MountCwdToWorkspace},
+		{key: "sandbox.persistent", env: []string{"TERMINAL_CONTAINER_PERSISTENT"}, ptr: &sb.Persistent},
+		{key: "sandbox.persist_across_processes", env: []string{"TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES"}, ptr: &sb.PersistAcrossProcesses},
+		{key: "sandbox.timeout", env: []string{"TERMINAL_TIMEOUT"}, flag: "--timeout", ptr: &sb.Timeout},
+		{key: "reaper.orphan_reaper", env: []string{"TERMINAL_DOCKER_ORPHAN_REAPER"}, ptr: &r.OrphanReaper},
+		{key: "reaper.lifetime", env: []string{"TERMINAL_LIFETIME_SECONDS"}, ptr: &r.Lifetime},
+		{key: "reaper.idle_after", flag: "--idle", ptr: &r.IdleAfter},
+	}
 }
 
-// Value is a resolved setting and where it came from: "default",
-// "file PATH:LINE", "env NAME" or "flag --NAME".
+// Value is a resolved setting in `hsbx config --json`.
 type Value struct {
 	V      any    `json:"value"`
 	Source string `json:"source"`
@@ -87,8 +157,15 @@ type Value struct {
 
 // Config is the resolved configuration.
 type Config struct {
-	Path   string // the file in use ("" when none)
-	values map[string]Value
+	Settings
+	Path string // the file in use ("" when none)
+}
+
+// Flag is a setting given on the command line.
+type Flag struct {
+	Key   string // the setting's key ("sandbox.image")
+	Value string // as typed
+	Name  string // the flag ("--image"), for the source
 }
 
 // Options say where to read from.
@@ -97,9 +174,8 @@ type Options struct {
 	File string
 	// Getenv reads the environment.
 	Getenv func(string) (string, bool)
-	// Flags are the settings given on the command line, by key, in their
-	// string form, with the flag's name for the source: key -> [value, "--image"].
-	Flags map[string][2]string
+	// Flags are the settings given on the command line.
+	Flags []Flag
 }
 
 // Error is a configuration error: it names the source and the fix. hsbx
@@ -141,55 +217,53 @@ func DefaultPath(getenv func(string) (string, bool)) string {
 	return ""
 }
 
-// Load resolves every setting.
+// Load resolves every setting: defaults, then the file, the environment
+// and the flags, each level overriding the one before.
 func Load(o Options) (*Config, error) {
 	if o.Getenv == nil {
 		o.Getenv = func(string) (string, bool) { return "", false }
 	}
-	c := &Config{values: map[string]Value{}}
-	for _, s := range settings {
-		c.values[s.key] = Value{V: s.def, Source: "default"}
-	}
+	c := &Config{Settings: Defaults()}
+	fields := c.fields()
 	path, explicit := o.File, o.File != ""
 	if !explicit {
-		path = DefaultPath(o.Getenv)
+		path, explicit = o.Getenv("HSBX_CONFIG")
+		if !explicit || path == "" {
+			path, explicit = DefaultPath(o.Getenv), false
+		}
 	}
 	if path != "" {
 		b, err := os.ReadFile(path)
 		switch {
 		case err == nil:
 			c.Path = path
-			if err := c.loadFile(path, string(b)); err != nil {
+			if err := loadFile(fields, path, string(b)); err != nil {
 				return nil, err
 			}
 		case explicit || !errors.Is(err, os.ErrNotExist):
 			return nil, &Error{Source: "config file " + path, Msg: fmt.Sprintf("%v (fix --config / HSBX_CONFIG, or create the file)", unwrapPath(err))}
 		}
 	}
-	for _, s := range settings {
-		for _, name := range s.env {
+	for _, f := range fields {
+		for _, name := range f.env {
 			raw, ok := o.Getenv(name)
-			if !ok || (raw == "" && s.kind != kString) {
+			if !ok || (raw == "" && !f.emptyOK()) {
 				continue
 			}
-			v, err := parseString(s, raw, true)
-			if err != nil {
+			if err := f.set(raw, "env "+name); err != nil {
 				return nil, &Error{Source: "env " + name, Msg: err.Error()}
 			}
-			c.values[s.key] = Value{V: v, Source: "env " + name}
 			break
 		}
 	}
-	for key, f := range o.Flags {
-		s, ok := lookup(key)
+	for _, fl := range o.Flags {
+		f, ok := lookup(fields, fl.Key)
 		if !ok {
-			return nil, fmt.Errorf("config: unknown flag setting %q", key)
+			return nil, fmt.Errorf("config: unknown flag setting %q", fl.Key)
 		}
-		v, err := parseString(s, f[0], false)
-		if err != nil {
-			return nil, &Error{Source: "flag " + f[1], Msg: err.Error()}
+		if err := f.set(fl.Value, "flag "+fl.Name); err != nil {
+			return nil, &Error{Source: "flag " + fl.Name, Msg: err.Error()}
 		}
-		c.values[key] = Value{V: v, Source: "flag " + f[1]}
 	}
 	return c, c.validate()
 }
@@ -202,18 +276,18 @@ func unwrapPath(err error) error {
 	return err
 }
 
-func lookup(key string) (setting, bool) {
-	for _, s := range settings {
-		if s.key == key {
-			return s, true
+func lookup(fields []field, key string) (field, bool) {
+	for _, f := range fields {
+		if f.key == key {
+			return f, true
 		}
 	}
-	return setting{}, false
+	return field{}, false
 }
 
 // loadFile decodes the TOML file, rejecting unknown keys and wrong types
 // with the file, line and key.
-func (c *Config) loadFile(path, text string) error {
+func loadFile(fields []field, path, text string) error {
 	var raw map[string]any
 	md, err := toml.Decode(text, &raw)
 	if err != nil {
@@ -232,24 +306,13 @@ func (c *Config) loadFile(path, text string) error {
 	}
 	for _, k := range md.Keys() {
 		key := k.String()
-		if _, ok := lookup(key); ok || key == "sandbox" || key == "reaper" {
+		if _, ok := lookup(fields, key); ok || key == "sandbox" || key == "reaper" {
 			continue
 		}
 		if strings.HasPrefix(key, "sandbox.env.") {
 			continue // the keys of the env table are the user's
 		}
-		return &Error{Source: src(key), Key: key, Msg: "unknown key" + suggest(key)}
-	}
-	for _, s := range settings {
-		v, ok := dig(raw, s.key)
-		if !ok {
-			continue
-		}
-		parsed, err := fromTOML(s, v)
-		if err != nil {
-			return &Error{Source: src(s.key), Key: s.key, Msg: err.Error()}
-		}
-		c.values[s.key] = Value{V: parsed, Source: src(s.key)}
+		return &Error{Source: src(key), Key: key, Msg: "unknown key" + suggest(fields, key)}
 	}
 	for _, table := range []string{"sandbox", "reaper"} {
 		if v, ok := raw[table]; ok {
@@ -258,27 +321,36 @@ func (c *Config) loadFile(path, text string) error {
 			}
 		}
 	}
+	for _, f := range fields {
+		v, ok := dig(raw, f.key)
+		if !ok {
+			continue
+		}
+		if err := f.setTOML(v, src(f.key)); err != nil {
+			return &Error{Source: src(f.key), Key: f.key, Msg: err.Error()}
+		}
+	}
 	return nil
 }
 
-func suggest(key string) string {
+func suggest(fields []field, key string) string {
 	best, bestD := "", 4
 	last := key[strings.LastIndexByte(key, '.')+1:]
-	for _, s := range settings {
-		d := editDistance(key, s.key)
-		if leaf := s.key[strings.LastIndexByte(s.key, '.')+1:]; leaf == last && s.key != key {
+	for _, f := range fields {
+		d := editDistance(key, f.key)
+		if leaf := f.key[strings.LastIndexByte(f.key, '.')+1:]; leaf == last && f.key != key {
 			d = 0 // the right key in the wrong table
 		}
 		if d < bestD {
-			best, bestD = s.key, d
+			best, bestD = f.key, d
 		}
 	}
 	if best != "" {
 		return fmt.Sprintf(" (did you mean %s?)", best)
 	}
-	keys := make([]string, len(settings))
-	for i, s := range settings {
-		keys[i] = s.key
+	keys := make([]string, len(fields))
+	for i, f := range fields {
+		keys[i] = f.key
 	}
 	return "; known keys: " + strings.Join(keys, ", ")
 }
@@ -346,302 +418,89 @@ func keyLines(text string) map[string]int {
 	return lines
 }
 
-// fromTOML checks and converts a decoded TOML value.
-func fromTOML(s setting, v any) (any, error) {
-	bad := func() (any, error) { return nil, fmt.Errorf("want %s, got %s", s.kind.want(), tomlType(v)) }
-	switch s.kind {
-	case kString:
-		if str, ok := v.(string); ok {
-			return str, nil
-		}
-	case kBool:
-		if b, ok := v.(bool); ok {
-			return b, nil
-		}
-	case kFloat:
-		switch n := v.(type) {
-		case float64:
-			return n, nil
-		case int64:
-			return float64(n), nil
-		}
-	case kInt:
-		switch n := v.(type) {
-		case int64:
-			return n, nil
-		case float64:
-			if n == math.Trunc(n) && math.Abs(n) < 1<<53 {
-				return int64(n), nil
-			}
-		}
-	case kDuration:
-		switch n := v.(type) {
-		case string:
-			return parseDuration(n)
-		case int64:
-			return time.Duration(n) * time.Second, nil
-		case float64:
-			return time.Duration(n * float64(time.Second)), nil
-		}
-	case kStrings:
-		arr, ok := v.([]any)
-		if !ok {
-			return bad()
-		}
-		out := make([]string, 0, len(arr))
-		for i, e := range arr {
-			str, ok := e.(string)
-			if !ok {
-				return nil, fmt.Errorf("element %d: want a string, got %s", i, tomlType(e))
-			}
-			out = append(out, str)
-		}
-		return out, nil
-	case kStrMap:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return bad()
-		}
-		return stringMap(m)
-	}
-	return bad()
-}
-
-func stringMap(m map[string]any) (map[string]string, error) {
-	out := map[string]string{}
-	for k, e := range m {
-		switch x := e.(type) {
-		case string:
-			out[k] = x
-		case bool, int64, float64:
-			out[k] = fmt.Sprint(x)
-		default:
-			return nil, fmt.Errorf("value of %q: want a string, number or boolean, got %s", k, tomlType(e))
-		}
-	}
-	return out, nil
-}
-
-func tomlType(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case int64:
-		return "an integer"
-	case float64:
-		return "a float"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "a table"
-	case time.Time:
-		return "a date"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-// parseString parses an environment or flag value. Environment values of
-// list and map settings are JSON, as the Hermes backend reads them — but a
-// JSON value of the wrong type is an error, not a string iterated into
-// single letters.
-func parseString(s setting, raw string, fromEnv bool) (any, error) {
-	switch s.kind {
-	case kString:
-		return raw, nil
-	case kBool:
-		switch strings.ToLower(strings.TrimSpace(raw)) {
-		case "true", "1", "yes":
-			return true, nil
-		case "false", "0", "no":
-			return false, nil
-		}
-		return nil, fmt.Errorf("%q: want true/1/yes or false/0/no", raw)
-	case kFloat:
-		f, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
-		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, fmt.Errorf("%q: want a number", raw)
-		}
-		return f, nil
-	case kInt:
-		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q: want a whole number", raw)
-		}
-		return n, nil
-	case kDuration:
-		return parseDuration(raw)
-	case kStrings:
-		var v any
-		if err := json.Unmarshal([]byte(raw), &v); err != nil {
-			return nil, fmt.Errorf("%q: want a JSON array of strings: %v", raw, err)
-		}
-		arr, ok := v.([]any)
-		if !ok {
-			return nil, fmt.Errorf("%q: want a JSON array of strings, got %s", raw, jsonType(v))
-		}
-		out := make([]string, 0, len(arr))
-		for i, e := range arr {
-			str, ok := e.(string)
-			if !ok {
-				return nil, fmt.Errorf("%q: element %d: want a string, got %s", raw, i, jsonType(e))
-			}
-			out = append(out, str)
-		}
-		return out, nil
-	case kStrMap:
-		var v any
-		if err := json.Unmarshal([]byte(raw), &v); err != nil {
-			return nil, fmt.Errorf("%q: want a JSON object: %v", raw, err)
-		}
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("%q: want a JSON object, got %s", raw, jsonType(v))
-		}
-		out := map[string]string{}
-		for k, e := range m {
-			switch x := e.(type) {
-			case string:
-				out[k] = x
-			case bool, float64:
-				out[k] = fmt.Sprint(x)
-			default:
-				return nil, fmt.Errorf("%q: value of %q: want a string, number or boolean, got %s", raw, k, jsonType(e))
-			}
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("unsupported setting kind")
-}
-
-func jsonType(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case float64:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case nil:
-		return "null"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
-// ParseDuration reads a duration the way every hsbx setting and flag
-// takes one: "300s", "5m", "1h30m", or a plain number of seconds ("5",
-// "0.5"). Negative values are refused.
-func ParseDuration(raw string) (time.Duration, error) { return parseDuration(raw) }
-
-func parseDuration(raw string) (time.Duration, error) {
-	raw = strings.TrimSpace(raw)
-	if n, err := strconv.ParseFloat(raw, 64); err == nil && !math.IsNaN(n) && !math.IsInf(n, 0) {
-		if n < 0 {
-			return 0, fmt.Errorf("%q: want a duration >= 0", raw)
-		}
-		return time.Duration(n * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(raw)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%q: want a duration like 300s or 5m, or a number of seconds", raw)
-	}
-	return d, nil
-}
-
 // validate checks cross-field rules and values the sandbox would reject,
 // so every configuration error surfaces before any engine call.
 func (c *Config) validate() error {
-	spec := c.Spec()
-	if err := spec.Validate(); err != nil {
+	if err := c.Spec().Validate(); err != nil {
 		var bs *sandbox.SpecError
 		if errors.As(err, &bs) {
 			key := "sandbox." + bs.Setting
-			return &Error{Source: c.values[key].Source, Key: key, Msg: bs.Msg}
+			src := "default"
+			if f, ok := lookup(c.fields(), key); ok {
+				src = f.source()
+			}
+			return &Error{Source: src, Key: key, Msg: bs.Msg}
 		}
 		return err
 	}
-	if p := c.String("profile"); strings.TrimSpace(p) == "" {
-		return &Error{Source: c.values["profile"].Source, Key: "profile", Msg: "empty; name a profile"}
+	for _, s := range []struct {
+		key string
+		set Setting[string]
+	}{{"profile", c.Profile}, {"task", c.Task}} {
+		if strings.TrimSpace(s.set.Value) == "" {
+			return &Error{Source: s.set.Source, Key: s.key, Msg: "empty; name one"}
+		}
+	}
+	if c.EngineTimeout.Value <= 0 {
+		return &Error{Source: c.EngineTimeout.Source, Key: "engine_timeout", Msg: "want a duration > 0"}
 	}
 	return nil
 }
 
-// Get returns a setting's value and source.
-func (c *Config) Get(key string) Value { return c.values[key] }
-
-// String returns a string setting.
-func (c *Config) String(key string) string { s, _ := c.values[key].V.(string); return s }
-
-// Bool returns a boolean setting.
-func (c *Config) Bool(key string) bool { b, _ := c.values[key].V.(bool); return b }
-
-// Duration returns a duration setting.
-func (c *Config) Duration(key string) time.Duration {
-	d, _ := c.values[key].V.(time.Duration)
-	return d
-}
-
-// Explicit reports whether the user set key (anything but the default).
-func (c *Config) Explicit(key string) bool { return c.values[key].Source != "default" }
-
 // Spec is the sandbox specification the settings describe.
 func (c *Config) Spec() sandbox.Spec {
-	v := func(k string) any { return c.values["sandbox."+k].V }
-	cwd := v("cwd").(string)
+	sb := c.Sandbox
+	cwd := sb.Cwd.Value
 	if cwd == "~" {
 		cwd = "/root"
 	}
+	shm := sb.ShmSize.Value
+	if shm == "0" {
+		shm = "" // Hermes: "0" (or empty) leaves the engine's default
+	}
 	s := sandbox.Spec{
-		Image: v("image").(string), Cwd: cwd,
-		Volumes: v("volumes").([]string), Env: v("env").(map[string]string),
-		ForwardEnv: v("forward_env").([]string), ExtraArgs: v("extra_args").([]string),
-		CPU: v("cpu").(float64), MemoryMB: v("memory").(int64), DiskMB: v("disk").(int64),
-		PidsLimit: v("pids_limit").(int64), ShmSize: v("shm_size").(string), Network: v("network").(bool),
-		RunAsHostUser: v("run_as_host_user").(bool), MountCwdToWorkspace: v("mount_cwd_to_workspace").(bool),
-		Persistent: v("persistent").(bool), PersistAcrossProcesses: v("persist_across_processes").(bool),
-		SandboxDir: v("sandbox_dir").(string), SnapCompat: v("snap_compat").(bool),
+		Image: sb.Image.Value, Cwd: cwd, Volumes: sb.Volumes.Value, Env: sb.Env.Value,
+		ForwardEnv: sb.ForwardEnv.Value, ExtraArgs: sb.ExtraArgs.Value,
+		CPU: sb.CPU.Value, MemoryMB: sb.Memory.Value, DiskMB: sb.Disk.Value, PidsLimit: sb.PidsLimit.Value,
+		ShmSize: shm, Network: sb.Network.Value,
+		RunAsHostUser: sb.RunAsHostUser.Value, MountCwdToWorkspace: sb.MountCwdToWorkspace.Value,
+		Persistent: sb.Persistent.Value, PersistAcrossProcesses: sb.PersistAcrossProcesses.Value,
+		SandboxDir: sb.SandboxDir.Value, SnapCompat: sb.SnapCompat.Value,
 		Explicit: map[string]bool{},
 	}
-	if s.ShmSize == "0" {
-		s.ShmSize = "" // Hermes: "0" (or empty) leaves the engine's default
-	}
-	for _, st := range settings {
-		if name, ok := strings.CutPrefix(st.key, "sandbox."); ok && c.Explicit(st.key) {
+	for _, f := range c.fields() {
+		if name, ok := strings.CutPrefix(f.key, "sandbox."); ok && f.source() != "default" {
 			s.Explicit[name] = true
 		}
 	}
 	return s
 }
 
-// All returns every setting by key, for `hsbx config`. Durations are
-// rendered as strings ("300s").
-func (c *Config) All() ([]string, map[string]Value) {
-	keys := make([]string, 0, len(settings))
-	out := map[string]Value{}
-	for _, s := range settings {
-		keys = append(keys, s.key)
-		val := c.values[s.key]
-		if d, ok := val.V.(time.Duration); ok {
-			val.V = d.String()
-		}
-		out[s.key] = val
-	}
-	return keys, out
+// Key is the sandbox key for the task setting (shared container key
+// included).
+func (c *Config) Key() sandbox.Key {
+	return sandbox.Key{Profile: c.Profile.Value, Task: c.Task.Value, Shared: c.Sandbox.SharedContainerKey.Value}
 }
 
-// Keys lists the known keys, sorted.
-func Keys() []string {
-	ks := make([]string, len(settings))
-	for i, s := range settings {
-		ks[i] = s.key
+// Scope is the set of sandboxes ls and the reaper act on: the profile's,
+// or the shared container key's.
+func (c *Config) Scope() sandbox.Scope { return c.Key().Scope() }
+
+// All returns every setting by key in display order, for `hsbx config`.
+// Durations are rendered as strings ("300s").
+func (c *Config) All() ([]string, map[string]Value) {
+	fields := c.fields()
+	keys := make([]string, 0, len(fields))
+	out := map[string]Value{}
+	for _, f := range fields {
+		keys = append(keys, f.key)
+		v := f.value()
+		if d, ok := v.(time.Duration); ok {
+			v = d.String()
+		}
+		out[f.key] = Value{V: v, Source: f.source()}
 	}
-	sort.Strings(ks)
-	return ks
+	return keys, out
 }
 
 // HermesIgnored are the Hermes TERMINAL_* variables hsbx reads but does not
@@ -672,6 +531,3 @@ func Warnings(getenv func(string) (string, bool)) []string {
 	}
 	return out
 }
-
-// SharedKey is sandbox.shared_container_key ("" when unset).
-func (c *Config) SharedKey() string { return c.String("sandbox.shared_container_key") }

@@ -29,10 +29,10 @@ func FuzzEnvValue(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		for _, s := range settings {
-			v, err := parseString(s, raw, true)
-			if err == nil && v == nil {
-				t.Fatalf("%s: nil value without error", s.key)
+		s := Defaults()
+		for _, f := range s.fields() {
+			if err := f.set(raw, "env X"); err == nil && (f.source() != "env X" || f.value() == nil) {
+				t.Fatalf("%s: set %q without error but holds %v from %s", f.key, raw, f.value(), f.source())
 			}
 		}
 	})

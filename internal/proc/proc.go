@@ -22,9 +22,9 @@ import (
 // StderrTail is how many bytes of a command's stderr are kept for errors.
 const StderrTail = 16 << 10
 
-// ErrTimeout is returned (wrapped in *TimeoutError) when a command outlives
+// ErrProcessTimeout is returned (wrapped in *TimeoutError) when a command outlives
 // its Cmd.Timeout and is killed.
-var ErrTimeout = errors.New("timed out")
+var ErrProcessTimeout = errors.New("timed out")
 
 // Cmd describes one process to run.
 type Cmd struct {
@@ -66,8 +66,8 @@ func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("%s: no answer after %s, killed", Quote(e.Argv), e.Timeout)
 }
 
-// Unwrap lets errors.Is(err, ErrTimeout) and errors.Is(err, context.DeadlineExceeded) hold.
-func (e *TimeoutError) Unwrap() []error { return []error{ErrTimeout, context.DeadlineExceeded} }
+// Unwrap lets errors.Is(err, ErrProcessTimeout) and errors.Is(err, context.DeadlineExceeded) hold.
+func (e *TimeoutError) Unwrap() []error { return []error{ErrProcessTimeout, context.DeadlineExceeded} }
 
 // StartError says a command could not be started at all (binary missing,
 // not executable).
@@ -132,11 +132,7 @@ func (r *Runner) Run(ctx context.Context, c Cmd) (Result, error) {
 	err := cmd.Run()
 	res := Result{Stdout: stdout.Bytes(), Stderr: tail.Bytes(), Elapsed: time.Since(start)}
 	res.ExitCode = exitCode(cmd.ProcessState)
-	if cmd.ProcessState != nil {
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			res.MaxRSSKB = ru.Maxrss
-		}
-	}
+	res.MaxRSSKB = maxRSSKB(cmd.ProcessState)
 	r.log(ctx, c.Argv, res, err)
 
 	switch {

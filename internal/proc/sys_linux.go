@@ -1,9 +1,23 @@
 package proc
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // sysProcAttr makes every child die with hsbx (the parent-death signal), so
 // a SIGKILLed hsbx never leaves an engine client running under PID 1.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// maxRSSKB is a finished child's peak resident set size in KiB.
+func maxRSSKB(ps *os.ProcessState) int64 {
+	if ps == nil {
+		return 0
+	}
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+		return ru.Maxrss
+	}
+	return 0
 }

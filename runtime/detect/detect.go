@@ -1,8 +1,9 @@
 // Package detect finds the engine CLI to drive and decides its dialect.
 //
-// Order: --runtime / HSBX_RUNTIME (a name or a path), then
-// HERMES_DOCKER_BINARY (a name looked up on PATH, or a path), then docker on
-// PATH, podman on PATH, then the known install paths. The dialect is what
+// Order: Options.Runtime (a name looked up on PATH, or a path: hsbx's
+// configuration resolves it from --runtime, HSBX_RUNTIME,
+// HERMES_DOCKER_BINARY or the file), then docker on PATH, podman on PATH,
+// then the known install paths. The dialect is what
 // the binary says it is (`<bin> --version`), not its file name, so a docker
 // that is really podman (the podman-docker shim) is driven as podman. The
 // verdict is cached per binary (path, size, mtime) so a command costs no
@@ -46,8 +47,6 @@ type Options struct {
 	// RuntimeSource names where Runtime came from, for messages
 	// (default "--runtime/HSBX_RUNTIME").
 	RuntimeSource string
-	// Getenv reads the caller's environment (HERMES_DOCKER_BINARY).
-	Getenv func(string) string
 	// LookPath resolves a name on PATH; defaults to proc.LookPath.
 	LookPath func(string) (string, error)
 	// Known replaces KnownPaths() (nil: the defaults).
@@ -65,11 +64,14 @@ type Found struct {
 	Path    string          `json:"binary"`
 	Dialect runtime.Dialect `json:"runtime"`
 	// Source says which rule chose it: Options.RuntimeSource,
-	// "HERMES_DOCKER_BINARY", "PATH" or "known path".
+	// "PATH" or "known path".
 	Source string `json:"source"`
 	// VersionLine is the first line of `<bin> --version` (empty when the
 	// dialect came from the cache).
 	VersionLine string `json:"-"`
+	// ClientVersion is the client's version from that line ("" when the
+	// dialect came from the cache).
+	ClientVersion string `json:"client_version,omitempty"`
 }
 
 // Open finds the engine and returns a Runtime for it.
@@ -94,9 +96,6 @@ func Find(ctx context.Context, o Options) (Found, error) {
 	if o.LookPath == nil {
 		o.LookPath = proc.LookPath
 	}
-	if o.Getenv == nil {
-		o.Getenv = func(string) string { return "" }
-	}
 	if o.Known == nil {
 		o.Known = KnownPaths()
 	}
@@ -106,6 +105,7 @@ func Find(ctx context.Context, o Options) (Found, error) {
 	}
 	f.Path, _ = filepath.Abs(f.Path)
 	f.Dialect, f.VersionLine, err = identify(ctx, o, f.Path)
+	f.ClientVersion = ClientVersion(f.VersionLine)
 	if err != nil {
 		return f, fmt.Errorf("%s (chosen by %s): %w", f.Path, f.Source, err)
 	}
@@ -123,13 +123,6 @@ func locate(o Options) (Found, error) {
 			return Found{}, fmt.Errorf("%w: %s %q: %v", runtime.ErrBinaryNotFound, src, r, err)
 		}
 		return Found{Path: p, Source: src}, nil
-	}
-	if b := strings.TrimSpace(o.Getenv("HERMES_DOCKER_BINARY")); b != "" {
-		p, err := resolve(o, b)
-		if err != nil {
-			return Found{}, fmt.Errorf("%w: HERMES_DOCKER_BINARY %q: %v", runtime.ErrBinaryNotFound, b, err)
-		}
-		return Found{Path: p, Source: "HERMES_DOCKER_BINARY"}, nil
 	}
 	for _, name := range []string{"docker", "podman"} {
 		if p, err := o.LookPath(name); err == nil {
@@ -185,7 +178,7 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 	argv := []string{path, "--version"}
 	res, err := runner.Run(ctx, proc.Cmd{Argv: argv, Env: o.Engine.Env, Timeout: 15 * time.Second})
 	if err != nil {
-		if errors.Is(err, proc.ErrTimeout) {
+		if errors.Is(err, proc.ErrProcessTimeout) {
 			return "", "", fmt.Errorf("%w: %s --version did not answer", runtime.ErrTimeout, path)
 		}
 		return "", "", fmt.Errorf("%w: %v", runtime.ErrBinaryNotFound, err)
@@ -199,6 +192,19 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 		cachefile.Put(filepath.Join(o.CacheDir, cacheFile), key, d) // a failed write costs a --version next time
 	}
 	return d, line, nil
+}
+
+// ClientVersion reads the version from the first line `--version` prints
+// ("Docker version 28.2.2, build e6534b4" -> "28.2.2"; "podman version
+// 4.3.1" -> "4.3.1"); "" when there is none.
+func ClientVersion(versionLine string) string {
+	fields := strings.Fields(versionLine)
+	for i, f := range fields {
+		if strings.EqualFold(f, "version") && i+1 < len(fields) {
+			return strings.TrimSuffix(fields[i+1], ",")
+		}
+	}
+	return ""
 }
 
 // DialectOf reads the dialect from the first line `--version` prints:

@@ -32,7 +32,6 @@ func runs(t *testing.T, bin string) int {
 
 func opts(dir string, env map[string]string) detect.Options {
 	return detect.Options{
-		Getenv:   func(k string) string { return env[k] },
 		LookPath: func(string) (string, error) { return "", errors.New("not on PATH") },
 		Known:    []string{},
 		CacheDir: filepath.Join(dir, "cache"),
@@ -98,10 +97,11 @@ func TestOrder(t *testing.T) {
 		{name: "flag by name", runtime: "podman", onPath: []string{"docker", "podman"}, want: podman, source: "--runtime/HSBX_RUNTIME"},
 		{name: "flag by path", runtime: podman, want: podman, source: "--runtime/HSBX_RUNTIME"},
 		{name: "flag auto", runtime: "auto", onPath: []string{"docker"}, want: docker, source: "PATH"},
-		{name: "hermes bare name", env: map[string]string{"HERMES_DOCKER_BINARY": "podman"}, onPath: []string{"docker", "podman"}, want: podman, source: "HERMES_DOCKER_BINARY"},
-		{name: "hermes path", env: map[string]string{"HERMES_DOCKER_BINARY": podman}, onPath: []string{"docker"}, want: podman, source: "HERMES_DOCKER_BINARY"},
-		{name: "flag beats hermes", runtime: "docker", env: map[string]string{"HERMES_DOCKER_BINARY": podman}, onPath: []string{"docker"}, want: docker, source: "--runtime/HSBX_RUNTIME"},
-		{name: "hermes wrong is an error", env: map[string]string{"HERMES_DOCKER_BINARY": "nosuch"}, onPath: []string{"docker"}, wantErr: `HERMES_DOCKER_BINARY "nosuch": not found on PATH`},
+		// HERMES_DOCKER_BINARY is resolved by the configuration and arrives
+		// as Runtime with its source (config_precedence.txtar,
+		// detect_hermes_binary.txtar).
+		{name: "a named source", runtime: "podman", source: "env HERMES_DOCKER_BINARY", onPath: []string{"docker", "podman"}, want: podman},
+		{name: "a named source wrong is an error", runtime: "nosuch", source: "env HERMES_DOCKER_BINARY", onPath: []string{"docker"}, wantErr: `env HERMES_DOCKER_BINARY "nosuch": not found on PATH`},
 		{name: "flag missing path", runtime: filepath.Join(dir, "nope"), wantErr: "no such file or directory"},
 	}
 	for _, tc := range cases {
@@ -112,6 +112,9 @@ func TestOrder(t *testing.T) {
 			}
 			o := opts(dir, tc.env)
 			o.Runtime = tc.runtime
+			if tc.runtime != "" && tc.source != "" && tc.source != "PATH" && tc.source != "--runtime/HSBX_RUNTIME" {
+				o.RuntimeSource = tc.source
+			}
 			o.LookPath = lookPath
 			o.Known = []string{filepath.Join(dir, "absent"), known}
 			f, err := detect.Find(context.Background(), o)

@@ -138,23 +138,7 @@ func (Dialect) ParseInfo(out []byte) (runtime.Info, error) {
 }
 
 // ParseVersion implements enginecli.Dialect.
-func (Dialect) ParseVersion(out []byte) (runtime.Version, error) {
-	var r struct {
-		Client *struct{ Version string } `json:"Client"`
-		Server *struct{ Version string } `json:"Server"`
-	}
-	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
-		return runtime.Version{}, fmt.Errorf("version output is not a JSON object: %w", err)
-	}
-	if r.Client == nil || r.Client.Version == "" {
-		return runtime.Version{}, errors.New("version output has no Client.Version")
-	}
-	v := runtime.Version{Client: r.Client.Version}
-	if r.Server != nil {
-		v.Server = r.Server.Version
-	}
-	return v, nil
-}
+func (Dialect) ParseVersion(out []byte) (runtime.Version, error) { return enginecli.ParseVersion(out) }
 
 var rules = []enginecli.Rule{
 	// Rootless networking (slirp4netns, pasta) failing: before the generic

@@ -76,6 +76,9 @@ type Options struct {
 	Timeout time.Duration
 }
 
+// DefaultTimeout bounds an engine call when Options.Timeout is not set.
+const DefaultTimeout = 60 * time.Second
+
 // Engine is a runtime.Runtime driving one CLI binary.
 type Engine struct {
 	d       Dialect
@@ -93,7 +96,7 @@ func New(d Dialect, bin string, o Options) *Engine {
 		o.Runner = &proc.Runner{}
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 60 * time.Second
+		o.Timeout = DefaultTimeout
 	}
 	return &Engine{d: d, bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout}
 }
@@ -345,7 +348,7 @@ func (e *Engine) remove(ctx context.Context, force bool, ids []string) (map[stri
 
 // onlyNotFound reports whether every error line in stderr says "no such container".
 func (e *Engine) onlyNotFound(stderr string) bool {
-	any := false
+	seen := false
 	for line := range strings.Lines(stderr) {
 		if strings.TrimSpace(line) == "" {
 			continue
@@ -353,9 +356,9 @@ func (e *Engine) onlyNotFound(stderr string) bool {
 		if !errors.Is(e.d.Classify(OpRemove, 1, line), runtime.ErrNotFound) {
 			return false
 		}
-		any = true
+		seen = true
 	}
-	return any
+	return seen
 }
 
 // Exec implements runtime.Runtime.

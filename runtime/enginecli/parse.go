@@ -96,6 +96,27 @@ func ParseInspect(out []byte) ([]runtime.Container, error) {
 	return cs, nil
 }
 
+// ParseVersion parses `version --format '{{json .}}'`, the same shape on
+// docker and podman: Client.Version, and Server.Version when an engine
+// answered (Server is "" otherwise).
+func ParseVersion(out []byte) (runtime.Version, error) {
+	var r struct {
+		Client *struct{ Version string } `json:"Client"`
+		Server *struct{ Version string } `json:"Server"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return runtime.Version{}, fmt.Errorf("version output is not a JSON object: %w", err)
+	}
+	if r.Client == nil || r.Client.Version == "" {
+		return runtime.Version{}, errors.New("version output has no Client.Version")
+	}
+	v := runtime.Version{Client: r.Client.Version}
+	if r.Server != nil {
+		v.Server = r.Server.Version
+	}
+	return v, nil
+}
+
 // rawImage holds the fields hsbx reads from `image inspect` (same keys on
 // docker and podman; Entrypoint is null, a string or an array).
 type rawImage struct {
@@ -167,11 +188,10 @@ func NormalizeState(s string) runtime.State {
 
 // FlexTime decodes a JSON timestamp that is a string in any format
 // runtime.ParseTime knows or a number of unix seconds. An unparseable value
-// decodes to the zero time (age unknown) with Bad set, never to an error, so
-// one odd field does not hide a whole listing.
+// decodes to the zero time (age unknown), never to an error, so one odd
+// field does not hide a whole listing.
 type FlexTime struct {
 	time.Time
-	Bad bool
 }
 
 // UnmarshalJSON implements json.Unmarshaler.
@@ -194,10 +214,7 @@ func (f *FlexTime) UnmarshalJSON(b []byte) error {
 		}
 	}
 	if err != nil {
-		f.Time, f.Bad = time.Time{}, true
+		f.Time = time.Time{}
 	}
 	return nil
 }
-
-// ErrNotJSON marks output that is not JSON at all.
-var ErrNotJSON = errors.New("not JSON")

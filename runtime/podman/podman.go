@@ -120,21 +120,11 @@ func (Dialect) ParseInfo(out []byte) (runtime.Info, error) {
 // ParseVersion implements enginecli.Dialect. Local podman has no server:
 // the client is the engine, so Server is the client's version.
 func (Dialect) ParseVersion(out []byte) (runtime.Version, error) {
-	var r struct {
-		Client *struct{ Version string } `json:"Client"`
-		Server *struct{ Version string } `json:"Server"`
+	v, err := enginecli.ParseVersion(out)
+	if err == nil && v.Server == "" {
+		v.Server = v.Client
 	}
-	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
-		return runtime.Version{}, fmt.Errorf("version output is not a JSON object: %w", err)
-	}
-	if r.Client == nil || r.Client.Version == "" {
-		return runtime.Version{}, errors.New("version output has no Client.Version")
-	}
-	v := runtime.Version{Client: r.Client.Version, Server: r.Client.Version}
-	if r.Server != nil && r.Server.Version != "" {
-		v.Server = r.Server.Version
-	}
-	return v, nil
+	return v, err
 }
 
 var rules = []enginecli.Rule{

@@ -1,0 +1,346 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A field's typed setting is reached through these few type switches, the
+// only place that turns raw text or TOML into a setting's type.
+
+// source is where the field's value came from.
+func (f field) source() string {
+	switch p := f.ptr.(type) {
+	case *Setting[string]:
+		return p.Source
+	case *Setting[bool]:
+		return p.Source
+	case *Setting[float64]:
+		return p.Source
+	case *Setting[int64]:
+		return p.Source
+	case *Setting[time.Duration]:
+		return p.Source
+	case *Setting[[]string]:
+		return p.Source
+	case *Setting[map[string]string]:
+		return p.Source
+	}
+	panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
+}
+
+// value is the field's value.
+func (f field) value() any {
+	switch p := f.ptr.(type) {
+	case *Setting[string]:
+		return p.Value
+	case *Setting[bool]:
+		return p.Value
+	case *Setting[float64]:
+		return p.Value
+	case *Setting[int64]:
+		return p.Value
+	case *Setting[time.Duration]:
+		return p.Value
+	case *Setting[[]string]:
+		return p.Value
+	case *Setting[map[string]string]:
+		return p.Value
+	}
+	panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
+}
+
+// emptyOK: an empty environment value is a value (strings), not "unset".
+func (f field) emptyOK() bool {
+	_, ok := f.ptr.(*Setting[string])
+	return ok || f.paths
+}
+
+// want says what the field takes, for error messages.
+func (f field) want() string {
+	switch f.ptr.(type) {
+	case *Setting[string]:
+		if f.enum != nil {
+			return "one of " + strings.Join(f.enum, ", ")
+		}
+		return "a string"
+	case *Setting[bool]:
+		return "a boolean (true/1/yes or false/0/no)"
+	case *Setting[float64]:
+		return "a number"
+	case *Setting[int64]:
+		return "a whole number"
+	case *Setting[time.Duration]:
+		return `a duration like "300s" or a number of seconds`
+	case *Setting[[]string]:
+		return "an array of strings"
+	}
+	return "a table of strings"
+}
+
+// set sets the field from an environment or flag value: lists and maps are
+// JSON, as the Hermes backend reads them (a JSON value of the wrong type is
+// an error, not a string iterated into single letters); a path list is
+// colon-separated.
+func (f field) set(raw, source string) error {
+	switch p := f.ptr.(type) {
+	case *Setting[string]:
+		if f.enum != nil && !slices.Contains(f.enum, raw) {
+			return fmt.Errorf("%q: want %s", raw, f.want())
+		}
+		*p = Setting[string]{raw, source}
+	case *Setting[bool]:
+		b, err := parseBool(raw)
+		if err != nil {
+			return err
+		}
+		*p = Setting[bool]{b, source}
+	case *Setting[float64]:
+		n, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+		if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
+			return fmt.Errorf("%q: want a number", raw)
+		}
+		*p = Setting[float64]{n, source}
+	case *Setting[int64]:
+		n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q: want a whole number", raw)
+		}
+		*p = Setting[int64]{n, source}
+	case *Setting[time.Duration]:
+		d, err := ParseDuration(raw)
+		if err != nil {
+			return err
+		}
+		*p = Setting[time.Duration]{d, source}
+	case *Setting[[]string]:
+		if f.paths {
+			list := filepath.SplitList(raw)
+			if list == nil {
+				list = []string{}
+			}
+			*p = Setting[[]string]{list, source}
+			return nil
+		}
+		list, err := jsonStrings(raw)
+		if err != nil {
+			return err
+		}
+		*p = Setting[[]string]{list, source}
+	case *Setting[map[string]string]:
+		m, err := jsonStringMap(raw)
+		if err != nil {
+			return err
+		}
+		*p = Setting[map[string]string]{m, source}
+	default:
+		panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
+	}
+	return nil
+}
+
+// setTOML sets the field from a decoded TOML value.
+func (f field) setTOML(v any, source string) error {
+	bad := func() error { return fmt.Errorf("want %s, got %s", f.want(), tomlType(v)) }
+	switch p := f.ptr.(type) {
+	case *Setting[string]:
+		str, ok := v.(string)
+		if !ok {
+			return bad()
+		}
+		return f.set(str, source)
+	case *Setting[bool]:
+		b, ok := v.(bool)
+		if !ok {
+			return bad()
+		}
+		*p = Setting[bool]{b, source}
+	case *Setting[float64]:
+		switch n := v.(type) {
+		case float64:
+			*p = Setting[float64]{n, source}
+		case int64:
+			*p = Setting[float64]{float64(n), source}
+		default:
+			return bad()
+		}
+	case *Setting[int64]:
+		switch n := v.(type) {
+		case int64:
+			*p = Setting[int64]{n, source}
+		case float64:
+			if n != math.Trunc(n) || math.Abs(n) >= 1<<53 {
+				return bad()
+			}
+			*p = Setting[int64]{int64(n), source}
+		default:
+			return bad()
+		}
+	case *Setting[time.Duration]:
+		switch n := v.(type) {
+		case string:
+			return f.set(n, source)
+		case int64:
+			if n < 0 {
+				return fmt.Errorf("%d: want a duration >= 0", n)
+			}
+			*p = Setting[time.Duration]{time.Duration(n) * time.Second, source}
+		case float64:
+			if n < 0 || math.IsNaN(n) || math.IsInf(n, 0) {
+				return fmt.Errorf("%v: want a duration >= 0", n)
+			}
+			*p = Setting[time.Duration]{time.Duration(n * float64(time.Second)), source}
+		default:
+			return bad()
+		}
+	case *Setting[[]string]:
+		arr, ok := v.([]any)
+		if !ok {
+			return bad()
+		}
+		out := make([]string, 0, len(arr))
+		for i, e := range arr {
+			str, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("element %d: want a string, got %s", i, tomlType(e))
+			}
+			out = append(out, str)
+		}
+		*p = Setting[[]string]{out, source}
+	case *Setting[map[string]string]:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return bad()
+		}
+		out := map[string]string{}
+		for k, e := range m {
+			switch x := e.(type) {
+			case string:
+				out[k] = x
+			case bool, int64, float64:
+				out[k] = fmt.Sprint(x)
+			default:
+				return fmt.Errorf("value of %q: want a string, number or boolean, got %s", k, tomlType(e))
+			}
+		}
+		*p = Setting[map[string]string]{out, source}
+	default:
+		panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
+	}
+	return nil
+}
+
+func parseBool(raw string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(raw)) {
+	case "true", "1", "yes":
+		return true, nil
+	case "false", "0", "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q: want true/1/yes or false/0/no", raw)
+}
+
+func jsonStrings(raw string) ([]string, error) {
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return nil, fmt.Errorf("%q: want a JSON array of strings: %v", raw, err)
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%q: want a JSON array of strings, got %s", raw, jsonType(v))
+	}
+	out := make([]string, 0, len(arr))
+	for i, e := range arr {
+		str, ok := e.(string)
+		if !ok {
+			return nil, fmt.Errorf("%q: element %d: want a string, got %s", raw, i, jsonType(e))
+		}
+		out = append(out, str)
+	}
+	return out, nil
+}
+
+func jsonStringMap(raw string) (map[string]string, error) {
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return nil, fmt.Errorf("%q: want a JSON object: %v", raw, err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%q: want a JSON object, got %s", raw, jsonType(v))
+	}
+	out := map[string]string{}
+	for k, e := range m {
+		switch x := e.(type) {
+		case string:
+			out[k] = x
+		case bool, float64:
+			out[k] = fmt.Sprint(x)
+		default:
+			return nil, fmt.Errorf("%q: value of %q: want a string, number or boolean, got %s", raw, k, jsonType(e))
+		}
+	}
+	return out, nil
+}
+
+func tomlType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	case time.Time:
+		return "a date"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// ParseDuration reads a duration the way every hsbx setting and flag
+// takes one: "300s", "5m", "1h30m", or a plain number of seconds ("5",
+// "0.5"). Negative values are refused.
+func ParseDuration(raw string) (time.Duration, error) {
+	raw = strings.TrimSpace(raw)
+	if n, err := strconv.ParseFloat(raw, 64); err == nil && !math.IsNaN(n) && !math.IsInf(n, 0) {
+		if n < 0 {
+			return 0, fmt.Errorf("%q: want a duration >= 0", raw)
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q: want a duration like 300s or 5m, or a number of seconds", raw)
+	}
+	return d, nil
+}
