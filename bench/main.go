@@ -283,7 +283,9 @@ func reapAtScale(ctx context.Context, e *engine) string {
 	b.WriteString("| N | hsbx calls | hsbx time | baseline calls | baseline time | speed-up | target (N = 50) |\n|---|---|---|---|---|---|---|\n")
 	for _, ns := range strings.Split(*scale, ",") {
 		var n int
-		fmt.Sscan(ns, &n)
+		if _, err := fmt.Sscan(ns, &n); err != nil || n < 1 {
+			fail("-scale %q: want positive counts like 10,50,200", *scale)
+		}
 		makeOrphans(ctx, e, n, "hsbx")
 		var debugLog bytes.Buffer // the whole log: one rm line with 200 ids outgrows proc's stderr tail
 		res, err := runner.Run(ctx, proc.Cmd{Argv: e.hsbx("--log-level", "debug", "reap", "--max-age", "1s"), Env: e.env, Stderr: &debugLog, Timeout: 5 * time.Minute})

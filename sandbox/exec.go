@@ -309,7 +309,7 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 // killScript kills every process whose environment holds HSBX_EXEC_ID=$1.
 // It needs /bin/sh, tr and grep in the image (busybox and every distro
 // image have them).
-const killScript = `t="HSBX_EXEC_ID=$1"; n=0
+const killScript = `t="` + ExecIDVar + `=$1"; n=0
 for d in /proc/[0-9]*; do
   p=${d#/proc/}
   [ "$p" = "$$" ] && continue
