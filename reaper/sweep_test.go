@@ -119,9 +119,7 @@ func idleSweepSparesBusy(t *testing.T, otherHost bool) {
 			ctx := context.Background()
 			rt := tg.Open(t)
 			profile := fmt.Sprintf("hsbx-idletest-%d", time.Now().UnixNano()%1e9)
-			m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: tg.StateDir, CacheDir: t.TempDir(), Environ: tg.Env, StopGrace: 2 * time.Second})
-			spec := sandbox.DefaultSpec()
-			spec.Image = tg.Image
+			m, spec := managerFor(t, tg, rt)
 			idle := m.Sandbox(sandbox.Key{Profile: profile, Task: "idle"}, spec)
 			busy := m.Sandbox(sandbox.Key{Profile: profile, Task: "busy"}, spec)
 			t.Cleanup(func() { idle.Down(context.Background()); busy.Down(context.Background()) })
@@ -175,9 +173,8 @@ func TestIdleSweepIgnoresFailedExecs(t *testing.T) {
 			ctx := context.Background()
 			rt := tg.Open(t)
 			profile := fmt.Sprintf("hsbx-typotest-%d", time.Now().UnixNano()%1e9)
-			m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: tg.StateDir, CacheDir: t.TempDir(), Environ: tg.Env, StopGrace: 2 * time.Second})
-			spec := sandbox.DefaultSpec()
-			spec.Image, spec.Network = tg.Image, false
+			m, spec := managerFor(t, tg, rt)
+			spec.Network = false
 			sb := m.Sandbox(sandbox.Key{Profile: profile, Task: "typo"}, spec)
 			t.Cleanup(func() { sb.Down(context.Background()) })
 			res, err := sb.Ensure(ctx)
@@ -194,4 +191,12 @@ func TestIdleSweepIgnoresFailedExecs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// managerFor is a sandbox manager on tg's engine and a spec for its image.
+func managerFor(t *testing.T, tg enginetest.Target, rt runtime.Runtime) (*sandbox.Manager, sandbox.Spec) {
+	m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: tg.StateDir, CacheDir: t.TempDir(), Environ: tg.Env, StopGrace: 2 * time.Second})
+	spec := sandbox.DefaultSpec()
+	spec.Image = tg.Image
+	return m, spec
 }

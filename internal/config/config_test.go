@@ -32,7 +32,7 @@ func TestPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		got, want any
+		got, want    any
 		src, wantSrc string
 	}{
 		{c.Task.Value, "fl", c.Task.Source, "flag --task"},

@@ -14,47 +14,20 @@ import (
 // A field's typed setting is reached through these few type switches, the
 // only place that turns raw text or TOML into a setting's type.
 
-// source is where the field's value came from.
-func (f field) source() string {
-	switch p := f.ptr.(type) {
-	case *Setting[string]:
-		return p.Source
-	case *Setting[bool]:
-		return p.Source
-	case *Setting[float64]:
-		return p.Source
-	case *Setting[int64]:
-		return p.Source
-	case *Setting[time.Duration]:
-		return p.Source
-	case *Setting[[]string]:
-		return p.Source
-	case *Setting[map[string]string]:
-		return p.Source
-	}
-	panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
+// anySetting is what every Setting[T] offers without its type.
+type anySetting interface {
+	source() string
+	value() any
 }
 
+func (s *Setting[T]) source() string { return s.Source }
+func (s *Setting[T]) value() any     { return s.Value }
+
+// source is where the field's value came from.
+func (f field) source() string { return f.ptr.(anySetting).source() }
+
 // value is the field's value.
-func (f field) value() any {
-	switch p := f.ptr.(type) {
-	case *Setting[string]:
-		return p.Value
-	case *Setting[bool]:
-		return p.Value
-	case *Setting[float64]:
-		return p.Value
-	case *Setting[int64]:
-		return p.Value
-	case *Setting[time.Duration]:
-		return p.Value
-	case *Setting[[]string]:
-		return p.Value
-	case *Setting[map[string]string]:
-		return p.Value
-	}
-	panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
-}
+func (f field) value() any { return f.ptr.(anySetting).value() }
 
 // emptyOK: an empty environment value is a value (strings), not "unset".
 func (f field) emptyOK() bool {
