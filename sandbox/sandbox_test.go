@@ -150,8 +150,11 @@ func TestLifecycle(t *testing.T) {
 			}
 		}
 		// Stop keeps it; Ensure starts the same container again.
-		if found, err := sb.Stop(ctx); !found || err != nil {
-			t.Fatalf("Stop: %v %v", found, err)
+		if sr, err := sb.Stop(ctx); sr != sandbox.Stopped || err != nil {
+			t.Fatalf("Stop: %v %v", sr, err)
+		}
+		if sr, err := sb.Stop(ctx); sr != sandbox.AlreadyStopped || err != nil {
+			t.Fatalf("Stop again: %v %v", sr, err)
 		}
 		res3, err := sb.Ensure(ctx)
 		if err != nil || res3.Action != sandbox.Started || res3.ID != res.ID {

@@ -9,21 +9,32 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 )
 
-// Stop stops the sandbox and keeps its filesystem. It reports whether
-// there was one to stop.
-func (s *Sandbox) Stop(ctx context.Context) (bool, error) {
+// StopResult says what Stop found.
+type StopResult int
+
+// Stop's outcomes.
+const (
+	NoSandbox      StopResult = iota // nothing to stop
+	Stopped                          // it ran and was stopped
+	AlreadyStopped                   // it was not running
+)
+
+// Stop stops the sandbox and keeps its filesystem.
+func (s *Sandbox) Stop(ctx context.Context) (StopResult, error) {
 	cs, err := s.containers(ctx)
 	if err != nil || len(cs) == 0 {
-		return false, err
+		return NoSandbox, err
 	}
+	res := AlreadyStopped
 	for _, c := range cs {
 		if c.State.Alive() {
+			res = Stopped
 			if err := s.rt().Stop(ctx, c.ID, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				return true, fmt.Errorf("stopping sandbox %s: %w", c.Name, err)
+				return res, fmt.Errorf("stopping sandbox %s: %w", c.Name, err)
 			}
 		}
 	}
-	return true, nil
+	return res, nil
 }
 
 // Down stops and removes every container of the key (hsbx-made, or made

@@ -28,7 +28,9 @@ import (
 
 // Version is hsbx's version, set at build time with
 // -ldflags "-X github.com/hsbx/hsbx/internal/cli.Version=...".
-var Version = "0.1.0-dev"
+var Version = devVersion
+
+const devVersion = "0.1.0-dev"
 
 // Exit codes. `hsbx exec` passes its command's own status through.
 const (
@@ -186,7 +188,7 @@ func Main(ctx context.Context, env Env) int {
 		kong.Description("Persistent, hardened sandbox containers over the docker or podman CLI.\n\nExit codes: 0 ok; 2 usage or configuration error; 124 exec timed out; 125 engine problem; otherwise the command's own status (exec)."),
 		kong.Writers(env.Stdout, env.Stderr),
 		kong.Exit(func(code int) { exitCode = code }),
-		kong.Vars{"version": "hsbx " + Version},
+		kong.Vars{"version": "hsbx " + version()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper()),
 	)

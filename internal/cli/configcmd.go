@@ -21,6 +21,13 @@ func (c *ConfigCmd) Run(ctx context.Context, app *App) error {
 		if p == "" {
 			p = app.G.Config
 		}
+		if app.G.JSON {
+			var path any // null when there is no file
+			if p != "" {
+				path = p
+			}
+			return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"path": path})
+		}
 		if p == "" {
 			fmt.Fprintln(app.Env.Stderr, "hsbx: no configuration file (defaults and environment only)")
 			return nil

@@ -19,16 +19,21 @@ func (c *StopCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	found, err := sb.Stop(ctx)
+	res, err := sb.Stop(ctx)
 	if err != nil {
 		return err
 	}
 	if app.G.JSON {
-		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"name": sb.Name(), "task": app.Cfg.Task.Value, "profile": app.profile(), "stopped": found})
+		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"name": sb.Name(), "task": app.Cfg.Task.Value, "profile": app.profile(),
+			"stopped": res != sandbox.NoSandbox, "already_stopped": res == sandbox.AlreadyStopped})
 	}
-	if !found {
+	switch res {
+	case sandbox.NoSandbox:
 		noSandbox(ctx, app, sb)
 		return nil
+	case sandbox.AlreadyStopped:
+		_, err = fmt.Fprintf(app.Env.Stdout, "%s was already stopped\n", sb.Name())
+		return err
 	}
 	_, err = fmt.Fprintf(app.Env.Stdout, "stopped %s\n", sb.Name())
 	return err

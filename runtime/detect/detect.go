@@ -142,6 +142,11 @@ func resolve(o Options, s string) (string, error) {
 	if !strings.ContainsRune(s, os.PathSeparator) {
 		p, err := o.LookPath(s)
 		if err != nil {
+			for _, known := range []string{"docker", "podman"} {
+				if s != known && near(s, known) {
+					return "", fmt.Errorf("not found on PATH (did you mean %s?)", known)
+				}
+			}
 			return "", fmt.Errorf("not found on PATH")
 		}
 		return p, nil
@@ -230,3 +235,29 @@ func cacheKey(path string) (string, error) {
 
 // cacheFile holds the dialect verdicts, by cacheKey.
 const cacheFile = "dialects.json"
+
+// near reports whether a is a likely typo of b: one edit, or two letters
+// swapped ("dokcer", "podmna").
+func near(a, b string) bool {
+	if len(a) == len(b) {
+		diff := []int{}
+		for i := range a {
+			if a[i] != b[i] {
+				diff = append(diff, i)
+			}
+		}
+		return len(diff) == 1 || (len(diff) == 2 && diff[1] == diff[0]+1 && a[diff[0]] == b[diff[1]] && a[diff[1]] == b[diff[0]])
+	}
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	if len(b)-len(a) != 1 {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i:] == b[i+1:]
+		}
+	}
+	return true
+}

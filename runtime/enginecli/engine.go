@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,8 +69,9 @@ type Dialect interface {
 type Options struct {
 	// Runner runs the CLI; nil means a plain proc.Runner.
 	Runner *proc.Runner
-	// Env is the environment the CLI inherits (DOCKER_HOST, CONTAINER_HOST,
-	// contexts... pass through untouched). Spec env values are added to it.
+	// Env is the environment the CLI runs with (DOCKER_HOST,
+	// CONTAINER_HOST, contexts... pass through untouched); nil means the
+	// process's environment. Spec env values are added to it.
 	Env []string
 	// Timeout bounds every engine call except exec (default 60s); run gets
 	// four times as long, since it may pull an image.
@@ -97,6 +99,9 @@ func New(d Dialect, bin string, o Options) *Engine {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.Env == nil {
+		o.Env = os.Environ()
 	}
 	return &Engine{d: d, bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout}
 }
