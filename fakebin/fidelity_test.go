@@ -145,7 +145,7 @@ func opOf(args []string) enginecli.Op {
 
 // compareParsed checks the fake's output parses like the real one: the
 // same containers (by name, for the cap-* set) in the same states.
-func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.Op, fake, real []byte) {
+func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.Op, fake, captured []byte) {
 	t.Helper()
 	var parse func([]byte) ([]runtime.Container, error)
 	switch op {
@@ -154,21 +154,21 @@ func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.
 	case enginecli.OpInspect:
 		parse = enginecli.ParseInspect
 	case enginecli.OpInfo:
-		_, rerr := d.ParseInfo(real)
+		_, rerr := d.ParseInfo(captured)
 		_, ferr := d.ParseInfo(fake)
 		if (rerr == nil) != (ferr == nil) {
 			t.Errorf("%s: ParseInfo real err %v, fake err %v", step, rerr, ferr)
 		}
 		return
 	case enginecli.OpImage:
-		ri, rerr := enginecli.ParseImageInspect(real)
+		ri, rerr := enginecli.ParseImageInspect(captured)
 		fi, ferr := enginecli.ParseImageInspect(fake)
 		if (rerr == nil) != (ferr == nil) || len(ri.Entrypoint) != len(fi.Entrypoint) {
 			t.Errorf("%s: ParseImageInspect real %+v %v, fake %+v %v", step, ri, rerr, fi, ferr)
 		}
 		return
 	case enginecli.OpVersion:
-		rv, rerr := d.ParseVersion(real)
+		rv, rerr := d.ParseVersion(captured)
 		fv, ferr := d.ParseVersion(fake)
 		if (rerr == nil) != (ferr == nil) || (rv.Server == "") != (fv.Server == "") {
 			t.Errorf("%s: ParseVersion real %+v %v, fake %+v %v", step, rv, rerr, fv, ferr)
@@ -177,7 +177,7 @@ func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.
 	default:
 		return
 	}
-	rc, rerr := parse(real)
+	rc, rerr := parse(captured)
 	fc, ferr := parse(fake)
 	if (rerr == nil) != (ferr == nil) {
 		t.Fatalf("%s: parse real err %v, fake err %v", step, rerr, ferr)

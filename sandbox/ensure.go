@@ -98,7 +98,7 @@ func (s *Sandbox) findOnce(ctx context.Context, patient bool) (Result, bool, err
 	}
 	if !found {
 		id, err := s.create(ctx, s.name)
-		var nt *nameTaken
+		var nt *nameTakenError
 		switch {
 		case err == nil:
 			s.id = id
@@ -335,18 +335,18 @@ func (s *Sandbox) checkNameOwner(ctx context.Context, name string, inUse error) 
 	if !s.key.Matches(cs[0].Labels) {
 		return fmt.Errorf("%w: %s (id %.12s) has no hsbx.key=%s label; remove or rename it", ErrForeignName, name, cs[0].ID, s.key.Hash())
 	}
-	return &nameTaken{c: cs[0], err: inUse}
+	return &nameTakenError{c: cs[0], err: inUse}
 }
 
-// nameTaken is a lost creation race with the winner already inspected, so
+// nameTakenError is a lost creation race with the winner already inspected, so
 // Ensure can act on it without listing again.
-type nameTaken struct {
+type nameTakenError struct {
 	c   runtime.Container
 	err error
 }
 
-func (e *nameTaken) Error() string { return e.err.Error() }
-func (e *nameTaken) Unwrap() error { return e.err }
+func (e *nameTakenError) Error() string { return e.err.Error() }
+func (e *nameTakenError) Unwrap() error { return e.err }
 
 func noNetworkWarning(h Host) string {
 	return fmt.Sprintf("%s cannot set up networking here (rootless, no /dev/net/tun?): default network left off, sandbox runs with --network none", h.Dialect)
@@ -382,7 +382,7 @@ func (s *Sandbox) mounts() (Mounts, error) {
 	var base string
 	switch {
 	case s.spec.SandboxDir != "":
-		base = filepath.Join(s.spec.SandboxDir, "docker", SandboxDirName(s.key.Task))
+		base = filepath.Join(s.spec.SandboxDir, "docker", TaskDirName(s.key.Task))
 	case s.stateDir() != "":
 		base = filepath.Join(s.stateDir(), "sandboxes", s.key.Hash())
 	default:

@@ -195,14 +195,14 @@ func (m *Manager) execEnv(env map[string]string) (map[string]string, error) {
 // check (16 concurrent execs on podman with 2 cores take up to ~6 s each).
 const livenessDelay = 10 * time.Second
 
-// errEngineHung is the cause of an exec stopped because the engine did not
+// engineHungError is the cause of an exec stopped because the engine did not
 // answer the liveness check.
-type errEngineHung struct{ err error }
+type engineHungError struct{ err error }
 
-func (e *errEngineHung) Error() string {
+func (e *engineHungError) Error() string {
 	return fmt.Sprintf("the engine stopped answering while the command was starting: %v", e.err)
 }
-func (e *errEngineHung) Unwrap() error { return e.err }
+func (e *engineHungError) Unwrap() error { return e.err }
 
 func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env map[string]string) (int, error) {
 	if !s.ephemeral {
@@ -237,7 +237,7 @@ func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env ma
 	interrupted, cause := execCtx.Err() != nil, context.Cause(execCtx)
 	cancel(nil) // ends the liveness check
 	wg.Wait()
-	var hung *errEngineHung
+	var hung *engineHungError
 	switch {
 	case !interrupted:
 		return code, err
@@ -270,7 +270,7 @@ func (s *Sandbox) checkEngine(ctx context.Context, target string, alive *atomic.
 		return
 	}
 	if errors.Is(err, runtime.ErrTimeout) || errors.Is(err, runtime.ErrUnreachable) {
-		stop(&errEngineHung{err: err})
+		stop(&engineHungError{err: err})
 	}
 }
 

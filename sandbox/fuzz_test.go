@@ -39,9 +39,9 @@ func FuzzSandboxDirName(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		d := SandboxDirName(s)
+		d := TaskDirName(s)
 		if d == "" || d == "." || d == ".." || len(d) > 128 || strings.ContainsAny(d, "/:\x00") {
-			t.Fatalf("SandboxDirName(%q) = %q is not one safe path component", s, d)
+			t.Fatalf("TaskDirName(%q) = %q is not one safe path component", s, d)
 		}
 		if SanitizeLabel(s) == s && len(s) <= 128 && s != "." && s != ".." && !strings.HasSuffix(s, ".") && s != "" && d != s {
 			t.Fatalf("a safe task %q was renamed %q", s, d)

@@ -217,12 +217,12 @@ func TestSandboxDirName(t *testing.T) {
 		"x.":             "x-" + sha12("x."),
 		"é":              "task-" + sha12("é"),
 	} {
-		if got := sandbox.SandboxDirName(task); got != want {
-			t.Errorf("SandboxDirName(%q) = %q, want %q", task, got, want)
+		if got := sandbox.TaskDirName(task); got != want {
+			t.Errorf("TaskDirName(%q) = %q, want %q", task, got, want)
 		}
 	}
 	long := strings.Repeat("a", 129)
-	if got := sandbox.SandboxDirName(long); len(got) != 128 || !strings.HasSuffix(got, "-"+sha12(long)) {
+	if got := sandbox.TaskDirName(long); len(got) != 128 || !strings.HasSuffix(got, "-"+sha12(long)) {
 		t.Errorf("long task: %q", got)
 	}
 }

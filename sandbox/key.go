@@ -185,10 +185,10 @@ func (k Key) Name() string {
 	return "hsbx-" + namePart(scope, 16) + "-" + namePart(k.Task, 24) + "-" + k.Hash()[:12]
 }
 
-func namePart(s string, max int) string {
+func namePart(s string, limit int) string {
 	s = strings.Trim(SanitizeLabel(s), "_.-")
-	if len(s) > max {
-		s = strings.TrimRight(s[:max], "_.-")
+	if len(s) > limit {
+		s = strings.TrimRight(s[:limit], "_.-")
 	}
 	if s == "" {
 		s = "x"
@@ -238,7 +238,7 @@ func (k Key) Adoptable(c runtime.Container) error {
 	return nil
 }
 
-// ErrNotHermes: the container is not a Hermes-made sandbox for the key.
+// ErrNotHermes says the container is not a Hermes-made sandbox for the key.
 var ErrNotHermes = errors.New("not a Hermes-made sandbox for this key")
 
 // hermesName reports whether name is what the Hermes backend names its
@@ -279,12 +279,12 @@ func InProfile(labels map[string]string, profile string) bool {
 	return Scope{Profile: profile}.Contains(labels)
 }
 
-// SandboxDirName is the directory name the Hermes backend gives a task's
+// TaskDirName is the directory name the Hermes backend gives a task's
 // persistent dirs under TERMINAL_SANDBOX_DIR/docker: the task itself when
 // it is already safe ([A-Za-z0-9._-], at most 128 characters, not "." or
 // "..", not ending in "." or " "), else the cleaned name cut short plus
 // "-" and 12 hex digits of its sha256, so "a:b" and "a_b" never share.
-func SandboxDirName(task string) string {
+func TaskDirName(task string) string {
 	const maxLen, hashLen = 128, 12
 	if task == "" {
 		return "default"

@@ -35,7 +35,7 @@ func touchLastUse(stateDir, keyHash string) {
 	now := time.Now()
 	if err := os.Chtimes(p, now, now); err != nil {
 		if f, err := os.Create(p); err == nil {
-			f.Close()
+			_ = f.Close()
 		}
 	}
 }
@@ -158,7 +158,7 @@ func warnedOnce(stateDir, keyHash, id string) bool {
 	}
 	if os.MkdirAll(filepath.Dir(p), 0o755) == nil {
 		if f, err := os.Create(p); err == nil {
-			f.Close()
+			_ = f.Close()
 		}
 	}
 	return false

@@ -210,9 +210,7 @@ func runproc(ts *testscript.TestScript, neg bool, args []string) {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 	}
-	for _, kv := range strings.Fields(ts.Getenv("RUNPROC_ENV")) {
-		cmd.Env = append(cmd.Env, kv)
-	}
+	cmd.Env = append(cmd.Env, strings.Fields(ts.Getenv("RUNPROC_ENV"))...)
 	var stdout, stderr strings.Builder
 	cmd.Stderr = &stderr
 	var pipe io.ReadCloser

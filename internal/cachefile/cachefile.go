@@ -33,7 +33,7 @@ func Put[T any](path, key string, v T) {
 	_, werr := tmp.Write(b)
 	cerr := tmp.Close()
 	if werr != nil || cerr != nil || os.Rename(tmp.Name(), path) != nil {
-		os.Remove(tmp.Name())
+		_ = os.Remove(tmp.Name())
 	}
 }
 

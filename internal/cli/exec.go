@@ -25,7 +25,7 @@ type ExecCmd struct {
 }
 
 func (c *ExecCmd) settingFlags() []config.Flag {
-	fs := c.taskFlag.flags()
+	fs := c.flags()
 	if c.Timeout != "" {
 		fs = append(fs, config.Flag{Key: "sandbox.timeout", Value: c.Timeout, Name: "--timeout"})
 	}

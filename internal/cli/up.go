@@ -29,7 +29,7 @@ type UpCmd struct {
 }
 
 func (c *UpCmd) settingFlags() []config.Flag {
-	fs := c.taskFlag.flags()
+	fs := c.flags()
 	if c.Image != "" {
 		fs = append(fs, config.Flag{Key: "sandbox.image", Value: c.Image, Name: "--image"})
 	}
