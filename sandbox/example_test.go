@@ -2,8 +2,10 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/enginecli"
@@ -48,4 +50,37 @@ func Example() {
 	// hello from the sandbox
 	// exit 0 <nil>
 	// removed 1
+}
+
+// The os/exec-shaped helpers: output as bytes, and stdout as a stream of
+// lines (leaving the loop early stops the command in the sandbox).
+func ExampleSandbox_Output() {
+	ctx := context.Background()
+	rt, _, err := detect.Open(ctx, detect.Options{})
+	if err != nil {
+		fmt.Println("no engine:", err)
+		return
+	}
+	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
+	defer os.RemoveAll(stateDir)
+	spec := sandbox.DefaultSpec()
+	spec.Image = "busybox"
+	sb := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir}).Sandbox(sandbox.Key{Profile: "default", Task: "example-output"}, spec)
+	defer sb.Down(ctx)
+
+	out, err := sb.Output(ctx, "echo", "captured")
+	fmt.Printf("%q %v\n", out, err)
+
+	_, err = sb.Output(ctx, "sh", "-c", "echo oops >&2; exit 3")
+	var ee *sandbox.ExitError
+	fmt.Println(errors.As(err, &ee), ee.Code, strings.TrimSpace(string(ee.Stderr)))
+
+	for line, err := range sb.Lines(ctx, sandbox.Command{Argv: []string{"yes", "line"}}) {
+		fmt.Println(line, err)
+		break // stops `yes` in the sandbox
+	}
+	// Output:
+	// "captured\n" <nil>
+	// true 3 oops
+	// line <nil>
 }

@@ -79,3 +79,42 @@ func TestCommandEnv(t *testing.T) {
 		}
 	})
 }
+
+// Output, CombinedOutput and Lines on every engine; leaving Lines early
+// stops the command in the sandbox.
+func TestOutputHelpers(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb := e.manager().Sandbox(e.key("helpers"), e.spec())
+		if out, err := sb.Output(ctx, "sh", "-c", "echo out; echo err >&2"); err != nil || string(out) != "out\n" {
+			t.Fatalf("Output: %q %v", out, err)
+		}
+		_, err := sb.Output(ctx, "sh", "-c", "echo why >&2; exit 4")
+		var ee *sandbox.ExitError
+		if !errors.As(err, &ee) || ee.Code != 4 || string(ee.Stderr) != "why\n" {
+			t.Fatalf("Output exit 4: %v", err)
+		}
+		if out, err := sb.CombinedOutput(ctx, "sh", "-c", "echo a; echo b >&2"); err != nil || !strings.Contains(string(out), "a\n") || !strings.Contains(string(out), "b\n") {
+			t.Fatalf("CombinedOutput: %q %v", out, err)
+		}
+		var lines []string
+		for line, err := range sb.Lines(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo one; echo two; exit 2"}}) {
+			if err != nil {
+				if !errors.As(err, &ee) || ee.Code != 2 {
+					t.Fatalf("Lines error: %v", err)
+				}
+				continue
+			}
+			lines = append(lines, line)
+		}
+		if strings.Join(lines, ",") != "one,two" {
+			t.Fatalf("Lines: %q", lines)
+		}
+		for range sb.Lines(ctx, sandbox.Command{Argv: []string{"yes", "endless"}}) {
+			break
+		}
+		if out, _ := sb.Output(ctx, "ps"); strings.Contains(string(out), "endless") {
+			t.Errorf("yes runs on after the loop stopped:\n%s", out)
+		}
+	})
+}

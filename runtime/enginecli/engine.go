@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -67,8 +68,12 @@ type Dialect interface {
 
 // Options configure an Engine.
 type Options struct {
-	// Runner runs the CLI; nil means a plain proc.Runner.
+	// Runner runs the CLI (hsbx's own wiring); nil means a plain runner
+	// that logs to Logger.
 	Runner *proc.Runner
+	// Logger, when set, receives one debug record per engine call with its
+	// argv, exit status and duration (what `--log-level debug` shows).
+	Logger *slog.Logger
 	// Env is the environment the CLI runs with (DOCKER_HOST,
 	// CONTAINER_HOST, contexts... pass through untouched); nil means the
 	// process's environment. Spec env values are added to it.
@@ -95,7 +100,7 @@ var _ runtime.Runtime = (*Engine)(nil)
 // New returns an Engine for the CLI at bin speaking dialect d.
 func New(d Dialect, bin string, o Options) *Engine {
 	if o.Runner == nil {
-		o.Runner = &proc.Runner{}
+		o.Runner = &proc.Runner{Log: o.Logger}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
