@@ -28,7 +28,12 @@ var ErrForeignName = errors.New("container name taken by a container that is not
 // id); otherwise a probe (ps, then inspect of what it found) before any
 // action, so a sandbox made elsewhere — by another host or by Hermes — is
 // found rather than duplicated.
-func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
+func (s *Sandbox) Ensure(ctx context.Context) (Result, error) { return s.ensureFrom(ctx, nil) }
+
+// ensureFrom is Ensure starting from a container the caller has just
+// inspected and found to be this sandbox, not running (nil: none), so no
+// call is spent finding it again.
+func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ephemeral {
@@ -38,7 +43,7 @@ func (s *Sandbox) Ensure(ctx context.Context) (Result, error) {
 		}
 		return res, err
 	}
-	res, err := s.ensure(ctx)
+	res, err := s.ensure(ctx, known)
 	if err == nil {
 		writeMarker(s.stateDir(), s.key.Hash(), marker{ID: res.ID, Network: res.network})
 		touchLastUse(s.stateDir(), s.key.Hash())
@@ -58,8 +63,12 @@ const ensureBudget = 90 * time.Second
 // leftover, when its creator cannot be checked.
 const youngCreate = 20 * time.Second
 
-func (s *Sandbox) ensure(ctx context.Context) (Result, error) {
-	if mk, ok := readMarker(s.stateDir(), s.key.Hash()); ok {
+func (s *Sandbox) ensure(ctx context.Context, known *runtime.Container) (Result, error) {
+	if known != nil {
+		if res, done, err := s.activate(ctx, *known, true); done {
+			return res, err
+		}
+	} else if mk, ok := readMarker(s.stateDir(), s.key.Hash()); ok {
 		cs, err := s.rt().Inspect(ctx, mk.ID)
 		switch {
 		case err == nil && len(cs) == 1 && s.key.Owns(cs[0]):

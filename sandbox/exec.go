@@ -92,9 +92,10 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 		return -1, err
 	}
 	target := s.warmTarget()
+	var known *runtime.Container // inspected, this sandbox, not running
 	for attempt := 0; ; attempt++ {
 		if target == "" {
-			res, err := s.Ensure(ctx)
+			res, err := s.ensureFrom(ctx, known)
 			if err != nil {
 				return -1, err
 			}
@@ -104,11 +105,11 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 		if !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) && !errors.Is(err, runtime.ErrPaused) {
 			return code, err
 		}
-		up, cerr := s.running(ctx, target)
+		cur, cerr := s.inspectOwn(ctx, target)
 		if cerr != nil {
 			return code, fmt.Errorf("%w (and asking the engine whether sandbox %s is up failed: %v)", err, s.name, cerr)
 		}
-		if up {
+		if cur != nil && cur.State == runtime.StateRunning {
 			// The engine's words came from the command: its stderr and
 			// status are its own.
 			var ee *runtime.EngineError
@@ -121,8 +122,10 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 			return code, err
 		}
 		s.m.log.Debug("sandbox not up; ensuring it", "id", target, "error", err)
-		s.forget(target)
-		target = ""
+		if cur == nil {
+			s.forget(target) // gone: look for it afresh
+		}
+		known, target = cur, ""
 	}
 }
 
@@ -154,16 +157,20 @@ func (s *Sandbox) forget(id string) {
 	}
 }
 
-// running asks the engine whether the container id is this sandbox and up.
-func (s *Sandbox) running(ctx context.Context, id string) (bool, error) {
+// inspectOwn asks the engine for the container id: nil when it is gone or
+// not this sandbox.
+func (s *Sandbox) inspectOwn(ctx context.Context, id string) (*runtime.Container, error) {
 	cs, err := s.rt().Inspect(ctx, id)
 	if errors.Is(err, runtime.ErrNotFound) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	return len(cs) == 1 && s.key.Owns(cs[0]) && cs[0].State == runtime.StateRunning, nil
+	if len(cs) != 1 || !s.key.Owns(cs[0]) {
+		return nil, nil
+	}
+	return &cs[0], nil
 }
 
 // execEnv checks a command's environment: the marker name is reserved and
