@@ -34,7 +34,7 @@ func FuzzSanitizeLabel(f *testing.F) {
 	})
 }
 
-func FuzzSandboxDirName(f *testing.F) {
+func FuzzTaskDirName(f *testing.F) {
 	for _, s := range []string{"", "a:b", "..", "x.", "plain", "😀", "../../etc"} {
 		f.Add(s)
 	}
