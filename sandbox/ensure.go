@@ -128,26 +128,12 @@ func (s *Sandbox) findOnce(ctx context.Context, patient bool) (Result, bool, err
 // string is ambiguous) and the network mode. Hermes-made sandboxes whose
 // labels cannot identify the key are warned about once and left alone.
 func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
-	listed, err := s.rt().List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
+	full, err := s.candidates(ctx)
 	if err != nil {
-		return runtime.Container{}, false, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
-	}
-	if len(listed) == 0 {
-		return runtime.Container{}, false, nil
-	}
-	ids := make([]string, len(listed))
-	for i, c := range listed {
-		ids[i] = c.ID
-	}
-	full, err := s.rt().Inspect(ctx, ids...)
-	if err != nil && !errors.Is(err, runtime.ErrNotFound) { // one removed meanwhile is fine
-		return runtime.Container{}, false, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+		return runtime.Container{}, false, err
 	}
 	var cands []runtime.Container
 	for _, c := range full {
-		if c.Labels[LabelEphemeral] == "1" {
-			continue
-		}
 		if s.key.Matches(c.Labels) {
 			cands = append(cands, c)
 			continue
@@ -162,6 +148,28 @@ func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
 	}
 	c, ok := pick(cands)
 	return c, ok, nil
+}
+
+// candidates lists the containers that carry the key's Hermes labels (ps),
+// then inspects them in one call for exact labels and network mode;
+// per-process sandboxes are left out. Two calls, none when ps finds none.
+func (s *Sandbox) candidates(ctx context.Context) ([]runtime.Container, error) {
+	listed, err := s.rt().List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
+	if err != nil {
+		return nil, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+	}
+	if len(listed) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(listed))
+	for i, c := range listed {
+		ids[i] = c.ID
+	}
+	full, err := s.rt().Inspect(ctx, ids...)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) { // one removed meanwhile is fine
+		return nil, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+	}
+	return slices.DeleteFunc(full, func(c runtime.Container) bool { return c.Labels[LabelEphemeral] == "1" }), nil
 }
 
 // pick chooses among the key's containers: running first, then paused,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hsbx/hsbx/runtime"
@@ -110,28 +111,11 @@ func (s *Sandbox) containers(ctx context.Context) ([]runtime.Container, error) {
 		}
 		return cs, err
 	}
-	listed, err := s.rt().List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
-	if err != nil || len(listed) == 0 {
-		if err != nil {
-			err = fmt.Errorf("looking for sandbox %s: %w", s.name, err)
-		}
+	full, err := s.candidates(ctx)
+	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(listed))
-	for i, c := range listed {
-		ids[i] = c.ID
-	}
-	full, err := s.rt().Inspect(ctx, ids...)
-	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		return nil, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
-	}
-	var out []runtime.Container
-	for _, c := range full {
-		if s.key.Owns(c) && c.Labels[LabelEphemeral] != "1" {
-			out = append(out, c)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(full, func(c runtime.Container) bool { return !s.key.Owns(c) }), nil
 }
 
 // Close ends this handle's use of the sandbox. In persist mode that is a
