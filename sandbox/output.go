@@ -10,6 +10,8 @@ import (
 	"iter"
 	"strings"
 	"sync"
+
+	"github.com/hsbx/hsbx/internal/proc"
 )
 
 // The os/exec-shaped helpers a Go programmer reaches for, on top of Exec.
@@ -33,10 +35,10 @@ func (e *ExitError) Error() string {
 // *ExitError carrying the stderr; an engine failure is the engine's error.
 func (s *Sandbox) Output(ctx context.Context, argv ...string) ([]byte, error) {
 	var out bytes.Buffer
-	errTail := &tail{max: 64 << 10}
+	errTail := &proc.TailBuffer{Max: 64 << 10}
 	code, err := s.Exec(ctx, Command{Argv: argv, Stdout: &out, Stderr: errTail})
 	if err == nil && code != 0 {
-		err = &ExitError{Code: code, Stderr: errTail.b}
+		err = &ExitError{Code: code, Stderr: errTail.Bytes()}
 	}
 	return out.Bytes(), err
 }
@@ -103,17 +105,3 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 }
 
 func (b *syncBuffer) Bytes() []byte { return b.b.Bytes() }
-
-// tail keeps the last max bytes written.
-type tail struct {
-	b   []byte
-	max int
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}

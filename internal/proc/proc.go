@@ -116,7 +116,7 @@ func (r *Runner) Run(ctx context.Context, c Cmd) (Result, error) {
 		cmd.WaitDelay = 2 * time.Second
 	}
 	var stdout bytes.Buffer
-	tail := &tailBuffer{max: StderrTail}
+	tail := &TailBuffer{Max: StderrTail}
 	if c.Stdout != nil {
 		cmd.Stdout = c.Stdout
 	} else {
@@ -220,26 +220,29 @@ func Quote(argv []string) string {
 	return b.String()
 }
 
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
+// TailBuffer keeps the last Max bytes written to it (a writer that never
+// fails and never grows past Max).
+type TailBuffer struct {
 	buf []byte
-	max int
+	Max int
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// Write implements io.Writer.
+func (t *TailBuffer) Write(p []byte) (int, error) {
 	n := len(p)
-	if len(p) >= t.max {
-		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+	if len(p) >= t.Max {
+		t.buf = append(t.buf[:0], p[len(p)-t.Max:]...)
 		return n, nil
 	}
-	if over := len(t.buf) + len(p) - t.max; over > 0 {
+	if over := len(t.buf) + len(p) - t.Max; over > 0 {
 		t.buf = append(t.buf[:0], t.buf[over:]...)
 	}
 	t.buf = append(t.buf, p...)
 	return n, nil
 }
 
-func (t *tailBuffer) Bytes() []byte { return t.buf }
+// Bytes is what is kept.
+func (t *TailBuffer) Bytes() []byte { return t.buf }
 
 // ErrNotFound is the error a StartError wraps when the program does not exist.
 var ErrNotFound = exec.ErrNotFound

@@ -81,14 +81,14 @@ func TestEnvIsExplicit(t *testing.T) {
 }
 
 func TestTailBufferKeepsTheEnd(t *testing.T) {
-	tb := &tailBuffer{max: 8}
+	tb := &TailBuffer{Max: 8}
 	for _, w := range []string{"abc", "defgh", "ij", "0123456789xyz"} {
 		tb.Write([]byte(w))
 	}
 	if string(tb.Bytes()) != "56789xyz" {
 		t.Fatalf("tail %q", tb.Bytes())
 	}
-	tb = &tailBuffer{max: 8}
+	tb = &TailBuffer{Max: 8}
 	tb.Write([]byte("abcdef"))
 	tb.Write([]byte("ghij"))
 	if string(tb.Bytes()) != "cdefghij" {
