@@ -103,13 +103,14 @@ func (s *Sweeper) judge(ctx context.Context, o Options, rep *Report) ([]Verdict,
 		ids[i] = c.ID
 	}
 	cs := s.inspect(ctx, ids, rep) // labels re-checked from inspect, not the filter
-	if o.Idle > 0 {
-		s.liveExecs(ctx, cs)
-	}
-	verdicts := Judge(cs, o, func(c runtime.Container) Usage {
+	usage := func(c runtime.Container) Usage {
 		t, _ := sandbox.LastUse(s.StateDir, c.Labels[sandbox.LabelKey])
 		return Usage{LastUse: t}
-	})
+	}
+	verdicts := Judge(cs, o, usage)
+	if o.Idle > 0 {
+		s.recheckExecs(ctx, verdicts, o, usage)
+	}
 	var doomed []Verdict
 	for _, v := range verdicts {
 		switch {
@@ -233,6 +234,32 @@ func (s *Sweeper) stopIdle(ctx context.Context, doomed []Verdict, rep *Report) (
 		out = append(out, v)
 	}
 	return out, releaseAll
+}
+
+// recheckExecs revisits the sandboxes kept only for their exec sessions
+// (idle by every other measure): where none of the sessions runs (podman
+// keeps those that failed to start), the sandbox is idle after all. Only
+// these few cost engine calls.
+func (s *Sweeper) recheckExecs(ctx context.Context, verdicts []Verdict, o Options, usage func(runtime.Container) Usage) {
+	for i, v := range verdicts {
+		if v.Remove || len(v.C.ExecIDs) == 0 {
+			continue
+		}
+		c := v.C
+		c.ExecIDs = nil
+		again := Judge([]runtime.Container{c}, o, usage)[0]
+		if !again.Remove {
+			continue // kept for another reason too
+		}
+		live, err := s.RT.LiveExecs(ctx, v.C)
+		if err != nil {
+			s.log().Debug("could not tell live exec sessions; counting the sandbox as in use", "id", v.C.ID, "error", err)
+			continue
+		}
+		if len(live) == 0 {
+			verdicts[i] = again
+		}
+	}
 }
 
 // liveExecs narrows each running sandbox's ExecIDs to the sessions that
