@@ -60,14 +60,19 @@ type Globals struct {
 // flags are the settings given on the command line: the global ones and
 // those of the selected command.
 func (g *Globals) flags() []config.Flag {
-	var fs []config.Flag
-	for _, f := range []config.Flag{{Key: "runtime", Value: g.Runtime, Name: "--runtime"}, {Key: "profile", Value: g.Profile, Name: "--profile"},
-		{Key: "log_level", Value: g.LogLevel, Name: "--log-level"}, {Key: "engine_timeout", Value: g.EngineTimeout, Name: "--engine-timeout"}} {
+	return given(config.Flag{Key: "runtime", Value: g.Runtime, Name: "--runtime"}, config.Flag{Key: "profile", Value: g.Profile, Name: "--profile"},
+		config.Flag{Key: "log_level", Value: g.LogLevel, Name: "--log-level"}, config.Flag{Key: "engine_timeout", Value: g.EngineTimeout, Name: "--engine-timeout"})
+}
+
+// given keeps the setting flags that were given on the command line.
+func given(fs ...config.Flag) []config.Flag {
+	var out []config.Flag
+	for _, f := range fs {
 		if f.Value != "" {
-			fs = append(fs, f)
+			out = append(out, f)
 		}
 	}
-	return fs
+	return out
 }
 
 // grammar is the whole command line.

@@ -25,11 +25,7 @@ type ExecCmd struct {
 }
 
 func (c *ExecCmd) settingFlags() []config.Flag {
-	fs := c.flags()
-	if c.Timeout != "" {
-		fs = append(fs, config.Flag{Key: "sandbox.timeout", Value: c.Timeout, Name: "--timeout"})
-	}
-	return fs
+	return append(c.flags(), given(config.Flag{Key: "sandbox.timeout", Value: c.Timeout, Name: "--timeout"})...)
 }
 
 // Run implements the command: one engine call when the sandbox is up.

@@ -20,10 +20,7 @@ type ReapCmd struct {
 }
 
 func (c *ReapCmd) settingFlags() []config.Flag {
-	if c.Idle == "" {
-		return nil
-	}
-	return []config.Flag{{Key: "reaper.idle_after", Value: c.Idle, Name: "--idle"}}
+	return given(config.Flag{Key: "reaper.idle_after", Value: c.Idle, Name: "--idle"})
 }
 
 // Run implements the command: a constant number of engine calls.

@@ -14,10 +14,7 @@ type taskFlag struct {
 }
 
 func (t taskFlag) flags() []config.Flag {
-	if t.Task == "" {
-		return nil
-	}
-	return []config.Flag{{Key: "task", Value: t.Task, Name: "--task"}}
+	return given(config.Flag{Key: "task", Value: t.Task, Name: "--task"})
 }
 
 func (t taskFlag) settingFlags() []config.Flag { return t.flags() }
@@ -29,11 +26,7 @@ type UpCmd struct {
 }
 
 func (c *UpCmd) settingFlags() []config.Flag {
-	fs := c.flags()
-	if c.Image != "" {
-		fs = append(fs, config.Flag{Key: "sandbox.image", Value: c.Image, Name: "--image"})
-	}
-	return fs
+	return append(c.flags(), given(config.Flag{Key: "sandbox.image", Value: c.Image, Name: "--image"})...)
 }
 
 // Run implements the command. A running sandbox costs one engine call.
