@@ -135,6 +135,8 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 		return f.imageInspect(rest)
 	case "cleanup":
 		return f.cleanup(rest)
+	case "cp":
+		return f.cp(rest)
 	}
 	return f.usage(fmt.Sprintf("unknown command %q for %q", sub, f.name))
 }

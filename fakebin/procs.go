@@ -55,7 +55,7 @@ func (f *fake) runExec(c *Container, cmd []string, wd string, env []string) int 
 		return f.fail(err)
 	}
 	stdin, closeIn := f.childStdin()
-	childEnvs := append(os.Environ(), childEnv+"="+string(job))
+	childEnvs := append(os.Environ(), childEnv+"="+string(job), "FAKEENGINE_DIR="+f.st.dir)
 	for k, v := range f.env {
 		childEnvs = append(childEnvs, k+"="+v)
 	}
@@ -178,6 +178,9 @@ func runChild(name, job string) int {
 	}
 	f.st = store{dir: f.env["FAKEENGINE_DIR"]}
 	c := j.Container
+	if code, ok := f.execCopied(&c, j.Cmd, j.WorkDir, j.Env); ok {
+		return code
+	}
 	return f.shell(&c, j.Cmd, j.WorkDir, j.Env)
 }
 

@@ -180,6 +180,10 @@ type Runtime interface {
 	// InspectImage reports a local image's id and entrypoint; it fails
 	// with ErrImageNotFound when the image is not present.
 	InspectImage(ctx context.Context, ref string) (Image, error)
+	// CopyIn extracts a tar archive into directory dir of container id
+	// (`cp - ID:dir`), running or stopped. It cannot reach a tmpfs mount:
+	// the engine writes beneath it.
+	CopyIn(ctx context.Context, id, dir string, archive io.Reader) error
 	// Version reports client and server versions.
 	Version(ctx context.Context) (Version, error)
 	// Info reports the engine's host facts; it fails with ErrUnreachable

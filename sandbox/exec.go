@@ -101,7 +101,15 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 			}
 			target = res.ID
 		}
+		if s.usesChannel(c) {
+			if code, err, ok := s.execChannel(ctx, target, c, env); ok {
+				return code, err
+			}
+		}
 		code, err := s.execOnce(ctx, target, c, env)
+		if err == nil && s.usesChannel(c) {
+			s.afterPlainExec(target)
+		}
 		if !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) && !errors.Is(err, runtime.ErrPaused) {
 			return code, err
 		}

@@ -20,6 +20,9 @@ type Listing struct {
 	Image    string        `json:"image"`
 	Created  time.Time     `json:"created"`
 	Finished *time.Time    `json:"finished"` // nil unless it has exited
+	// Channel is the exec channel's state for a running sandbox: "up",
+	// "down", "off" or "unavailable: <why>" (see Sandbox.ChannelStatus).
+	Channel string `json:"channel,omitempty"`
 }
 
 // List returns the sandboxes of the scope (of every profile when all is
@@ -59,6 +62,9 @@ func (m *Manager) List(ctx context.Context, scope Scope, all bool) ([]Listing, e
 		if !c.State.Alive() && !c.Finished.IsZero() {
 			f := c.Finished
 			l.Finished = &f
+		}
+		if c.State == runtime.StateRunning {
+			l.Channel = m.holderStatus(c.ID, "", fmt.Sprintf("%d:%d", m.c.UID, m.c.GID))
 		}
 		out = append(out, l)
 	}

@@ -48,6 +48,17 @@ type Config struct {
 	// checks once that the engine still answers (default 10s; negative:
 	// never check).
 	LivenessDelay time.Duration
+	// Agent is a static Linux build of hsbx (the CLI passes itself): when
+	// set, commands in a running sandbox go through the exec channel to
+	// hsbx's agent in it, not an engine call each (see ChannelStatus).
+	// A TTY, or a sandbox the agent cannot run in, takes the plain path.
+	Agent string
+	// HolderDir, with Agent, puts the channel in a holder process behind
+	// a unix socket in this directory (see channel.SocketDir), shared by
+	// every process; StartHolder starts one after a plain exec. Empty:
+	// each Sandbox holds its own channel until Close.
+	HolderDir   string
+	StartHolder func(HolderSpec)
 }
 
 // Manager creates and finds sandboxes on one engine. It is safe for
@@ -119,6 +130,8 @@ type Sandbox struct {
 	name           string // derived, or per-process when not persisting
 	ephemeral      bool   // per-process sandbox: removed by Close
 	createdNetwork string // network posture of the container create made
+
+	ch channelState
 }
 
 // Sandbox returns the handle for key made to spec.

@@ -28,6 +28,7 @@ func (s *Sandbox) Stop(ctx context.Context) (StopResult, error) {
 	}
 	res := AlreadyStopped
 	for _, c := range cs {
+		s.endChannel(ctx, c.ID)
 		if c.State.Alive() {
 			res = Stopped
 			if err := s.rt().Stop(ctx, c.ID, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
@@ -45,6 +46,9 @@ func (s *Sandbox) Down(ctx context.Context) ([]runtime.Container, error) {
 	cs, err := s.containers(ctx)
 	if err != nil || len(cs) == 0 {
 		return nil, err
+	}
+	for _, c := range cs {
+		s.endChannel(ctx, c.ID)
 	}
 	if err := s.removeAll(ctx, cs); err != nil {
 		return nil, err
@@ -123,6 +127,7 @@ func (s *Sandbox) containers(ctx context.Context) ([]runtime.Container, error) {
 // sandbox is stopped and removed, even when ctx is already cancelled (a
 // signal), within a bounded time.
 func (s *Sandbox) Close(ctx context.Context) error {
+	s.closeChannel()
 	s.mu.Lock()
 	ephemeral, id := s.ephemeral, s.id
 	s.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/cli"
 )
 
@@ -19,6 +20,14 @@ func main() { os.Exit(run()) }
 // closed stdout fails with EPIPE and hsbx can stop the command in the
 // sandbox before it exits 141, instead of dying on the spot.
 func run() int {
+	if len(os.Args) == 2 && os.Args[1] == "agent" {
+		// Inside a sandbox, as the exec channel's agent: nothing but stdio.
+		if err := agent.Serve(os.Stdin, os.Stdout, cli.Version); err != nil {
+			os.Stderr.WriteString("hsbx agent: " + err.Error() + "\n")
+			return 1
+		}
+		return 0
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)

@@ -18,6 +18,8 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/hsbx/hsbx/fakebin"
+	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/enginetest"
 )
 
 func TestMain(m *testing.M) {
@@ -32,6 +34,7 @@ func TestMain(m *testing.M) {
 // holds only the test bin dir (hsbx, docker, podman) and the known install
 // paths are emptied, so no real engine is ever reached.
 func TestScripts(t *testing.T) {
+	agentBin := enginetest.AgentBinary(t)
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join("..", "..", "testdata", "script"),
 		RequireUniqueNames:  true,
@@ -44,6 +47,17 @@ func TestScripts(t *testing.T) {
 			env.Setenv("HOME", filepath.Join(env.WorkDir, "home"))
 			env.Setenv("XDG_CACHE_HOME", filepath.Join(env.WorkDir, "home", ".cache"))
 			env.Setenv("FAKEENGINE_DIR", filepath.Join(env.WorkDir, ".fakeengine"))
+			// The exec channel is off unless a script turns it on (its
+			// holder's engine calls would be counted by the others); its
+			// sockets need a short directory.
+			env.Setenv("HSBX_EXEC_CHANNEL", "false")
+			env.Setenv("HSBX_EXEC_CHANNEL_AGENT", agentBin)
+			rt, err := os.MkdirTemp("", "hsbx-rt")
+			if err != nil {
+				return err
+			}
+			env.Defer(func() { os.RemoveAll(rt) })
+			env.Setenv("XDG_RUNTIME_DIR", rt)
 			return os.MkdirAll(filepath.Join(env.WorkDir, "home"), 0o755)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
@@ -55,6 +69,7 @@ func TestScripts(t *testing.T) {
 			"await":        await,
 			"runproc":      runproc,
 			"client-gone":  clientGone,
+			"channel-up":   channelUp,
 		},
 	})
 }
@@ -287,4 +302,31 @@ func clientGone(ts *testscript.TestScript, neg bool, args []string) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+}
+
+// channel-up: wait (up to 30 s) until an exec channel holder answers under
+// $XDG_RUNTIME_DIR/hsbx. Negated (! channel-up), wait until none does.
+func channelUp(ts *testscript.TestScript, neg bool, args []string) {
+	dir := filepath.Join(ts.Getenv("XDG_RUNTIME_DIR"), "hsbx")
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		socks, _ := filepath.Glob(filepath.Join(dir, "*.sock"))
+		up := false
+		for _, s := range socks {
+			up = up || channel.Alive(s, time.Second)
+		}
+		if up != neg {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if neg {
+		ts.Fatalf("a holder still answers under %s", dir)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		ts.Logf("%s:\n%s", l, b)
+	}
+	ts.Fatalf("no holder answers under %s", dir)
 }

@@ -89,6 +89,7 @@ type grammar struct {
 	ConfigCmd  ConfigCmd  `cmd:"" name:"config" help:"Show the effective configuration and where each value comes from."`
 	Doctor     DoctorCmd  `cmd:"" help:"Check which engine hsbx would drive and whether it works."`
 	VersionCmd VersionCmd `cmd:"" name:"version" help:"Print hsbx's version."`
+	Hold       HoldCmd    `cmd:"" hidden:"" help:"Hold the exec channel to one sandbox (started by exec)."`
 }
 
 // Env is what the process was started with; Main reads nothing else from
@@ -166,12 +167,14 @@ func (a *App) manager(ctx context.Context) (*sandbox.Manager, error) {
 		a.gate = &reaper.Gate{StateDir: a.stateDir(), Window: a.Cfg.Reaper.Lifetime.Value}
 	}
 	var m *sandbox.Manager
-	m = sandbox.New(sandbox.Config{
+	cfg := sandbox.Config{
 		Runtime: rt, Logger: a.Log, StateDir: a.stateDir(), CacheDir: a.cacheDir(),
 		Environ: a.Env.Environ, Cwd: a.Env.Cwd, UID: os.Getuid(), GID: os.Getgid(),
 		Warn:        func(s string) { fmt.Fprintf(a.Env.Stderr, "hsbx: warning: %s\n", s) },
 		OnColdStart: func(ctx context.Context) { a.autoSweep(m)(ctx) },
-	})
+	}
+	a.channelConfig(&cfg)
+	m = sandbox.New(cfg)
 	return m, nil
 }
 
@@ -228,7 +231,15 @@ func Main(ctx context.Context, env Env) int {
 		}
 		app.Cfg = cfg
 	}
-	app.Log = newLogger(env.Stderr, app.Cfg.LogLevel.Value)
+	logTo := env.Stderr
+	if f := app.Getenv("HSBX_LOG_FILE"); f != "" {
+		// The exec channel's holder has no stderr: it logs here.
+		if lf, err := os.OpenFile(f, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
+			defer lf.Close()
+			logTo = lf
+		}
+	}
+	app.Log = newLogger(logTo, app.Cfg.LogLevel.Value)
 	app.Runner = &proc.Runner{Log: app.Log}
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	if err := kctx.Run(app); err != nil {

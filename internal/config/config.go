@@ -39,8 +39,16 @@ type Settings struct {
 	EngineTimeout Setting[time.Duration] // engine_timeout: bound on each engine call
 	// KnownPaths are the install locations tried after PATH.
 	KnownPaths Setting[[]string]
-	Sandbox    SandboxSettings
-	Reaper     ReaperSettings
+	// ExecChannel: commands in a warm sandbox go through hsbx's agent
+	// (exec_channel; env HSBX_EXEC_CHANNEL); ExecChannelIdle ends an
+	// unused holder (exec_channel_idle).
+	ExecChannel     Setting[bool]
+	ExecChannelIdle Setting[time.Duration]
+	// ExecChannelAgent is the agent binary (exec_channel_agent; "" = this
+	// hsbx, which must then be a static Linux build).
+	ExecChannelAgent Setting[string]
+	Sandbox          SandboxSettings
+	Reaper           ReaperSettings
 }
 
 // SandboxSettings are the [sandbox] table: how a sandbox is made.
@@ -83,6 +91,8 @@ func Defaults() Settings {
 		Task: Setting[string]{"default", "default"}, LogLevel: Setting[string]{"warn", "default"},
 		EngineTimeout: Setting[time.Duration]{enginecli.DefaultTimeout, "default"},
 		KnownPaths:    Setting[[]string]{detect.KnownPaths(), "default"},
+		ExecChannel:   Setting[bool]{true, "default"}, ExecChannelIdle: Setting[time.Duration]{10 * time.Minute, "default"},
+		ExecChannelAgent: Setting[string]{"", "default"},
 		Sandbox: SandboxSettings{
 			Image: Setting[string]{d.Image, "default"}, Cwd: Setting[string]{d.Cwd, "default"},
 			Volumes: Setting[[]string]{[]string{}, "default"}, Env: Setting[map[string]string]{map[string]string{}, "default"},
@@ -123,6 +133,9 @@ func (s *Settings) fields() []field {
 		{key: "log_level", env: []string{"HSBX_LOG_LEVEL"}, flag: "--log-level", ptr: &s.LogLevel, enum: []string{"debug", "info", "warn", "error"}},
 		{key: "engine_timeout", env: []string{"HSBX_ENGINE_TIMEOUT"}, flag: "--engine-timeout", ptr: &s.EngineTimeout},
 		{key: "known_paths", env: []string{"HSBX_KNOWN_PATHS"}, ptr: &s.KnownPaths, paths: true},
+		{key: "exec_channel", env: []string{"HSBX_EXEC_CHANNEL"}, ptr: &s.ExecChannel},
+		{key: "exec_channel_idle", env: []string{"HSBX_EXEC_CHANNEL_IDLE"}, ptr: &s.ExecChannelIdle},
+		{key: "exec_channel_agent", env: []string{"HSBX_EXEC_CHANNEL_AGENT"}, ptr: &s.ExecChannelAgent},
 		{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, flag: "--image", ptr: &sb.Image},
 		{key: "sandbox.cwd", env: []string{"TERMINAL_CWD"}, ptr: &sb.Cwd},
 		{key: "sandbox.volumes", env: []string{"TERMINAL_DOCKER_VOLUMES"}, ptr: &sb.Volumes},
@@ -443,6 +456,9 @@ func (c *Config) validate() error {
 	}
 	if c.EngineTimeout.Value <= 0 {
 		return &Error{Source: c.EngineTimeout.Source, Key: "engine_timeout", Msg: "want a duration > 0"}
+	}
+	if c.ExecChannelIdle.Value <= 0 {
+		return &Error{Source: c.ExecChannelIdle.Source, Key: "exec_channel_idle", Msg: "want a duration > 0"}
 	}
 	return nil
 }

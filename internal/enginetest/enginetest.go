@@ -9,8 +9,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,4 +122,34 @@ func (tg Target) Dialect() runtime.Dialect {
 		return runtime.Podman
 	}
 	return runtime.Docker
+}
+
+var (
+	agentOnce sync.Once
+	agentPath string
+	agentErr  error
+)
+
+// AgentBinary builds hsbx statically (CGO_ENABLED=0, as `make build`
+// does) once per test process and returns its path: the exec channel's
+// agent for tests whose own binary is not static.
+func AgentBinary(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hsbx-agent")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentPath = filepath.Join(dir, "hsbx")
+		cmd := exec.Command("go", "build", "-o", agentPath, "github.com/hsbx/hsbx/cmd/hsbx")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("building the agent: %v\n%s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatal(agentErr)
+	}
+	return agentPath
 }

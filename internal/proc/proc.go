@@ -246,3 +246,26 @@ func (t *TailBuffer) Bytes() []byte { return t.buf }
 
 // ErrNotFound is the error a StartError wraps when the program does not exist.
 var ErrNotFound = exec.ErrNotFound
+
+// StartDetached starts argv fully detached and does not wait for it: a
+// session of its own, stdin/stdout/stderr on the null device, no other
+// descriptor inherited, no parent-death signal — so a CI job or a `$(...)`
+// capture never waits on it. It is reaped in the background while this
+// process lives.
+func StartDetached(argv, env []string) error {
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Args[0] = filepath.Base(argv[0])
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, null, null
+	cmd.SysProcAttr = detachedAttr()
+	if err := cmd.Start(); err != nil {
+		return &StartError{Argv: argv, Err: err}
+	}
+	go func() { _ = cmd.Wait() }()
+	return nil
+}

@@ -21,3 +21,5 @@ func maxRSSKB(ps *os.ProcessState) int64 {
 	}
 	return 0
 }
+
+func detachedAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }

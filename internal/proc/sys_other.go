@@ -12,3 +12,6 @@ func sysProcAttr() *syscall.SysProcAttr { return nil }
 
 // maxRSSKB: not measured outside Linux.
 func maxRSSKB(*os.ProcessState) int64 { return 0 }
+
+// detachedAttr: the exec channel's holder runs only on Linux.
+func detachedAttr() *syscall.SysProcAttr { return nil }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -41,6 +42,7 @@ const (
 	OpInfo    Op = "info"
 	OpImage   Op = "image inspect"
 	OpCleanup Op = "cleanup"
+	OpCopy    Op = "cp"
 )
 
 // Dialect is what one engine family contributes.
@@ -453,6 +455,20 @@ func (e *Engine) InspectImage(ctx context.Context, ref string) (runtime.Image, e
 		return runtime.Image{}, fmt.Errorf("%w: %s image inspect: %v", runtime.ErrBadOutput, e.d.Name(), err)
 	}
 	return img, nil
+}
+
+// CopyIn implements runtime.Runtime: the archive streams through the
+// client's stdin. It gets the bound of run (four engine calls' time).
+func (e *Engine) CopyIn(ctx context.Context, id, dir string, archive io.Reader) error {
+	argv := []string{e.bin, "cp", "-", id + ":" + dir}
+	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(nil), Stdin: archive, Timeout: 4 * e.timeout})
+	if err != nil {
+		return e.runError(argv, err)
+	}
+	if res.ExitCode != 0 {
+		return e.classify(OpCopy, argv, res.ExitCode, string(res.Stderr))
+	}
+	return nil
 }
 
 // Version implements runtime.Runtime. When the engine is unreachable the

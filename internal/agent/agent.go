@@ -1,0 +1,421 @@
+//go:build linux
+
+// Package agent is the small server hsbx runs inside a sandbox (`hsbx
+// agent`, hidden): it speaks internal/wire on its stdin and stdout and runs
+// the processes it is asked for, each in a process group of its own and
+// marked with an environment variable, so a signal reaches the whole tree.
+// It needs nothing from the image: no shell, no libc. It never listens on
+// anything; when its input ends (the channel is gone) it kills what it
+// started and exits.
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/wire"
+)
+
+// drainAfterExit is how long output is still relayed after the process
+// exited, for children that keep its stdout open (`sleep 100 &`).
+const drainAfterExit = time.Second
+
+// Serve runs the agent until r ends. build names this binary (Hello).
+func Serve(r io.Reader, w io.Writer, build string) error {
+	a := &agent{w: wire.NewWriter(w), streams: map[uint32]*stream{}, env: os.Environ()}
+	if err := a.w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: build}); err != nil {
+		return err
+	}
+	err := a.loop(wire.NewReader(r))
+	a.killAll()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
+
+type agent struct {
+	w       *wire.Writer
+	env     []string
+	mu      sync.Mutex
+	streams map[uint32]*stream
+}
+
+type stream struct {
+	id     uint32
+	proc   *os.Process
+	marker string
+	out    *wire.Flow
+	stdin  *wire.Queue
+	credit func(n int) error // returns stdin credit to the peer
+	mu     sync.Mutex
+	killed int
+}
+
+func (a *agent) loop(r *wire.Reader) error {
+	helloSeen := false
+	for {
+		f, err := r.Read()
+		if err != nil {
+			return err
+		}
+		if !helloSeen {
+			var h wire.Hello
+			if f.Type != wire.THello || wire.Decode(f, &h) != nil || h.Proto != wire.Proto {
+				return fmt.Errorf("peer did not open with protocol %d", wire.Proto)
+			}
+			helloSeen = true
+			continue
+		}
+		a.mu.Lock()
+		s := a.streams[f.Stream]
+		a.mu.Unlock()
+		switch f.Type {
+		case wire.TStart:
+			var st wire.Start
+			if err := wire.Decode(f, &st); err != nil {
+				return err
+			}
+			if s != nil || f.Stream == 0 {
+				return fmt.Errorf("stream %d started twice", f.Stream)
+			}
+			a.start(f.Stream, st)
+		case wire.TStdin, wire.TStdinEOF:
+			if s == nil {
+				continue // the process has ended; its input is moot
+			}
+			if f.Type == wire.TStdinEOF {
+				s.stdin.End()
+			} else if err := s.stdin.Push(f.Type, f.Payload); err != nil {
+				return err
+			}
+		case wire.TCredit:
+			n, err := wire.ParseCredit(f.Payload)
+			if err != nil {
+				return err
+			}
+			if s != nil {
+				if err := s.out.Give(n); err != nil {
+					return err
+				}
+			}
+		case wire.TSignal:
+			if len(f.Payload) != 1 {
+				return errors.New("bad signal frame")
+			}
+			if s != nil {
+				s.signal(syscall.Signal(f.Payload[0]))
+			}
+		default:
+			return fmt.Errorf("unexpected %s frame", f.Type)
+		}
+	}
+}
+
+// start runs one process; its outcome is reported on the stream.
+func (a *agent) start(id uint32, st wire.Start) {
+	s := &stream{id: id, out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(), marker: st.Marker,
+		credit: func(n int) error { return a.w.Write(wire.TCredit, id, wire.Credit(n)) }}
+	env := mergeEnv(a.env, st.Env)
+	if st.Marker != "" {
+		env = mergeEnv(env, []string{st.Marker})
+	}
+	path, code, err := lookPath(st.Argv, env, st.Dir)
+	if err != nil {
+		_ = a.w.Write(wire.TStderr, id, []byte("hsbx agent: "+err.Error()+"\n"))
+		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code})
+		return
+	}
+	inR, inW, err1 := os.Pipe()
+	outR, outW, err2 := os.Pipe()
+	errR, errW, err3 := os.Pipe()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: 126, Error: "creating pipes: " + err.Error()})
+		return
+	}
+	p, err := os.StartProcess(path, st.Argv, &os.ProcAttr{
+		Dir: st.Dir, Env: env, Files: []*os.File{inR, outW, errW},
+		Sys: &syscall.SysProcAttr{Setpgid: true},
+	})
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		errR.Close()
+		code := 126
+		if errors.Is(err, os.ErrNotExist) && st.Dir == "" {
+			code = 127
+		}
+		_ = a.w.Write(wire.TStderr, id, []byte("hsbx agent: "+startMessage(st, err)+"\n"))
+		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code})
+		return
+	}
+	s.proc = p
+	a.mu.Lock()
+	a.streams[id] = s
+	a.mu.Unlock()
+
+	if st.Stdin {
+		go s.feed(inW)
+	} else {
+		inW.Close()
+	}
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go func() { defer pumps.Done(); a.pump(s, outR, wire.TStdout) }()
+	go func() { defer pumps.Done(); a.pump(s, errR, wire.TStderr) }()
+	go func() {
+		ps, _ := p.Wait()
+		code := exitCode(ps)
+		drained := make(chan struct{})
+		go func() { pumps.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(drainAfterExit):
+			outR.Close() // a child keeps the pipe open: stop relaying
+			errR.Close()
+			s.out.Close()
+			<-drained
+		}
+		s.stdin.Close()
+		a.mu.Lock()
+		delete(a.streams, id)
+		a.mu.Unlock()
+		s.mu.Lock()
+		killed := s.killed
+		s.mu.Unlock()
+		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code, Killed: killed})
+	}()
+}
+
+// pump relays one output pipe, within the stream's window.
+func (a *agent) pump(s *stream, r *os.File, t wire.Type) {
+	defer r.Close()
+	buf := make([]byte, wire.Chunk)
+	for {
+		n, err := r.Read(buf)
+		for off := 0; off < n; {
+			c := s.out.Take(n - off)
+			if c == 0 {
+				return // closed: the stream is over
+			}
+			if a.w.Write(t, s.id, buf[off:off+c]) != nil {
+				return
+			}
+			off += c
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// feed writes the stream's stdin to the process and returns credit as it
+// goes; end of data closes the pipe.
+func (s *stream) feed(w *os.File) {
+	defer w.Close()
+	for {
+		_, p, ok := s.stdin.Pop()
+		if !ok {
+			return
+		}
+		if _, err := w.Write(p); err != nil {
+			s.stdin.Close() // the process stopped reading: drop the rest
+			return
+		}
+		_ = s.agentCredit(len(p))
+	}
+}
+
+// agentCredit is set by the agent that owns the stream (credit frames
+// for stdin go back to the peer).
+func (s *stream) agentCredit(n int) error {
+	if s.credit == nil {
+		return nil
+	}
+	return s.credit(n)
+}
+
+// signal sends sig to the process's group and to every process carrying
+// its marker (children that left the group), counting them once.
+func (s *stream) signal(sig syscall.Signal) {
+	hit := map[int]bool{}
+	if s.proc != nil {
+		for _, pid := range groupMembers(s.proc.Pid) {
+			hit[pid] = true
+		}
+		_ = syscall.Kill(-s.proc.Pid, sig)
+	}
+	if s.marker != "" {
+		for _, pid := range markedProcesses(s.marker) {
+			if syscall.Kill(pid, sig) == nil {
+				hit[pid] = true
+			}
+		}
+	}
+	s.mu.Lock()
+	s.killed = max(s.killed, len(hit))
+	s.mu.Unlock()
+}
+
+func (a *agent) killAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.streams {
+		s.signal(syscall.SIGKILL)
+		s.out.Close()
+		s.stdin.Close()
+	}
+}
+
+// groupMembers lists the processes in process group pgid.
+func groupMembers(pgid int) []int {
+	var out []int
+	forEachProc(func(pid int) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			return
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) {
+			out = append(out, pid)
+		}
+	})
+	return out
+}
+
+// markedProcesses lists the processes whose environment holds marker.
+func markedProcesses(marker string) []int {
+	self := os.Getpid()
+	var out []int
+	want := []byte(marker)
+	forEachProc(func(pid int) {
+		if pid == self {
+			return
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			return
+		}
+		for _, kv := range bytes.Split(b, []byte{0}) {
+			if bytes.Equal(kv, want) {
+				out = append(out, pid)
+				return
+			}
+		}
+	})
+	return out
+}
+
+func forEachProc(fn func(pid int)) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			fn(pid)
+		}
+	}
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return 255
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// mergeEnv returns base with add's entries set (later wins).
+func mergeEnv(base, add []string) []string {
+	if len(add) == 0 {
+		return base
+	}
+	idx := map[string]int{}
+	out := make([]string, 0, len(base)+len(add))
+	for _, kv := range append(append([]string{}, base...), add...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// lookPath finds argv[0] as exec would: a name with a slash is taken as
+// it is (relative to dir), anything else is searched on the command's PATH.
+// The code is what the engines report: 127 not found, 126 not runnable.
+func lookPath(argv, env []string, dir string) (string, int, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return "", 127, errors.New("no command given")
+	}
+	name := argv[0]
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) && dir != "" {
+			p = filepath.Join(dir, p)
+		}
+		code, err := checkExec(p, name)
+		return name, code, err
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, 0, nil
+		}
+	}
+	return "", 127, fmt.Errorf("exec: %q: executable file not found in $PATH", name)
+}
+
+func checkExec(p, name string) (int, error) {
+	fi, err := os.Stat(p)
+	switch {
+	case err != nil && errors.Is(err, os.ErrNotExist):
+		return 127, fmt.Errorf("exec: %q: no such file or directory", name)
+	case err != nil:
+		return 126, fmt.Errorf("exec: %q: %v", name, err)
+	case fi.IsDir() || fi.Mode()&0o111 == 0:
+		return 126, fmt.Errorf("exec: %q: permission denied", name)
+	}
+	return 0, nil
+}
+
+func startMessage(st wire.Start, err error) string {
+	if st.Dir != "" {
+		if _, serr := os.Stat(st.Dir); serr != nil {
+			return fmt.Sprintf("chdir to %q failed: %v", st.Dir, serr)
+		}
+	}
+	return fmt.Sprintf("exec: %q: %v", st.Argv[0], err)
+}

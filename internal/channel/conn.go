@@ -1,0 +1,297 @@
+// Package channel runs commands in a sandbox through hsbx's agent instead
+// of an engine call each: Conn multiplexes commands over one open channel
+// to an agent (the engine's `exec -i` stdio), Open starts that agent
+// (installing it with the engine's cp when it is missing), and the holder
+// (Serve, Dial) keeps one Conn open for many short-lived hsbx processes
+// behind a unix socket.
+//
+// A command runs at most once: a failure is reported as ErrNotDelivered
+// (the command provably never reached the agent; the caller may run it
+// another way) or as *BrokenError (it may have run; report, never retry).
+package channel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/wire"
+)
+
+// ErrNotDelivered says a command never reached the agent.
+var ErrNotDelivered = errors.New("the exec channel is not available; the command was not sent")
+
+// BrokenError says the channel broke after the command was sent: it may
+// have run, so it must not be run again.
+type BrokenError struct{ Err error }
+
+func (e *BrokenError) Error() string {
+	return fmt.Sprintf("the exec channel broke while the command was running (it may have run; not retried): %v", e.Err)
+}
+func (e *BrokenError) Unwrap() error { return e.Err }
+
+// Request is one command.
+type Request struct {
+	Start  wire.Start
+	Stdin  io.Reader // nil: the command gets no input
+	Stdout io.Writer // nil: discarded
+	Stderr io.Writer
+}
+
+// Result is how a command ended.
+type Result struct {
+	Code int
+	// Interrupted: the context ended first and the command's processes
+	// were killed in the sandbox (Killed of them).
+	Interrupted bool
+	Killed      int
+}
+
+// KillWait bounds how long Run waits for the agent to confirm a kill.
+const KillWait = 5 * time.Second
+
+// Conn is an open channel to an agent. It is safe for concurrent use.
+type Conn struct {
+	w      *wire.Writer
+	closer io.Closer
+	build  string
+
+	mu      sync.Mutex
+	streams map[uint32]*cstream
+	next    uint32
+	err     error         // why the channel is down
+	done    chan struct{} // closed when the reader stops
+}
+
+type cstream struct {
+	out    *wire.Queue
+	in     *wire.Flow
+	exit   chan wire.Exit
+	broken chan struct{}
+}
+
+// NewConn opens the protocol on r/w: it sends Hello and waits (up to
+// wait) for the peer's. closer is closed by Close.
+func NewConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration) (*Conn, error) {
+	c := &Conn{w: wire.NewWriter(w), closer: closer, streams: map[uint32]*cstream{}, done: make(chan struct{})}
+	rd := wire.NewReader(r)
+	type helloRes struct {
+		h   wire.Hello
+		err error
+	}
+	got := make(chan helloRes, 1)
+	go func() {
+		f, err := rd.Read()
+		var h wire.Hello
+		if err == nil && (f.Type != wire.THello || wire.Decode(f, &h) != nil) {
+			err = fmt.Errorf("the agent opened with a %s frame, not hello", f.Type)
+		}
+		got <- helloRes{h, err}
+	}()
+	if err := c.w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto}); err != nil {
+		return nil, fmt.Errorf("opening the exec channel: %w", err)
+	}
+	select {
+	case res := <-got:
+		if res.err != nil {
+			return nil, fmt.Errorf("no hello from the agent: %w", res.err)
+		}
+		if res.h.Proto != wire.Proto {
+			return nil, fmt.Errorf("the agent speaks protocol %d, not %d", res.h.Proto, wire.Proto)
+		}
+		c.build = res.h.Build
+	case <-time.After(wait):
+		return nil, fmt.Errorf("no hello from the agent within %s", wait)
+	}
+	go c.read(rd)
+	return c, nil
+}
+
+// Build is the agent's build identity from its hello.
+func (c *Conn) Build() string { return c.build }
+
+// Done is closed when the channel is down.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err says why the channel is down (nil while it is up).
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the channel; the agent kills what still runs and exits.
+func (c *Conn) Close() error {
+	c.fail(errors.New("closed"))
+	if c.closer != nil {
+		return c.closer.Close()
+	}
+	return nil
+}
+
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	for _, s := range c.streams {
+		s.out.Close()
+		s.in.Close()
+		close(s.broken)
+	}
+	close(c.done)
+}
+
+// read dispatches the agent's frames until the channel ends. Anything
+// out of protocol ends the channel.
+func (c *Conn) read(rd *wire.Reader) {
+	err := c.dispatch(rd)
+	if err == io.EOF {
+		err = errors.New("the agent went away")
+	}
+	c.fail(err)
+}
+
+func (c *Conn) dispatch(rd *wire.Reader) error {
+	for {
+		f, err := rd.Read()
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		s := c.streams[f.Stream]
+		if f.Type == wire.TExit {
+			delete(c.streams, f.Stream)
+		}
+		c.mu.Unlock()
+		if s == nil && f.Type == wire.TCredit {
+			continue // stdin credit that crossed the command's exit
+		}
+		if s == nil {
+			return fmt.Errorf("agent sent a %s frame for unknown stream %d", f.Type, f.Stream)
+		}
+		switch f.Type {
+		case wire.TStdout, wire.TStderr:
+			if err := s.out.Push(f.Type, f.Payload); err != nil {
+				return err
+			}
+		case wire.TCredit:
+			n, err := wire.ParseCredit(f.Payload)
+			if err != nil {
+				return err
+			}
+			if err := s.in.Give(n); err != nil {
+				return err
+			}
+		case wire.TExit:
+			var e wire.Exit
+			if err := wire.Decode(f, &e); err != nil {
+				return err
+			}
+			s.out.End()
+			s.in.Close()
+			s.exit <- e
+		default:
+			return fmt.Errorf("unexpected %s frame from the agent", f.Type)
+		}
+	}
+}
+
+// Run runs one command and waits for it. When ctx ends first, the
+// command's processes are killed in the sandbox and Result.Interrupted is
+// set. Errors: ErrNotDelivered (never sent) or *BrokenError (may have run).
+func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
+	s := &cstream{out: wire.NewQueue(), in: wire.NewFlow(wire.Window), exit: make(chan wire.Exit, 1), broken: make(chan struct{})}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
+	}
+	c.next++
+	id := c.next
+	c.streams[id] = s
+	c.mu.Unlock()
+	req.Start.Stdin = req.Stdin != nil
+	if err := c.w.WriteJSON(wire.TStart, id, req.Start); err != nil {
+		// One write holds the whole frame: a failed one never started
+		// anything (a cut frame is a protocol error to the agent).
+		c.fail(err)
+		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
+	}
+	if req.Stdin != nil {
+		go c.sendStdin(id, s, req.Stdin)
+	}
+	delivered := make(chan struct{})
+	go func() { defer close(delivered); c.deliver(id, s, req.Stdout, req.Stderr) }()
+
+	var res Result
+	select {
+	case e := <-s.exit:
+		res.Code = e.Code
+		if e.Error != "" {
+			return res, &BrokenError{Err: errors.New(e.Error)}
+		}
+	case <-s.broken:
+		return res, &BrokenError{Err: c.Err()}
+	case <-ctx.Done():
+		res.Interrupted = true
+		_ = c.w.Write(wire.TSignal, id, []byte{byte(syscall.SIGKILL)})
+		select {
+		case e := <-s.exit:
+			res.Code, res.Killed = e.Code, e.Killed
+		case <-s.broken:
+			return res, &BrokenError{Err: c.Err()}
+		case <-time.After(KillWait):
+			return res, &BrokenError{Err: fmt.Errorf("the agent did not confirm the kill within %s", KillWait)}
+		}
+	}
+	<-delivered
+	return res, nil
+}
+
+// deliver writes the command's output in order and returns credit.
+func (c *Conn) deliver(id uint32, s *cstream, stdout, stderr io.Writer) {
+	for {
+		t, p, ok := s.out.Pop()
+		if !ok {
+			return
+		}
+		w := stdout
+		if t == wire.TStderr {
+			w = stderr
+		}
+		if w != nil {
+			_, _ = w.Write(p) // a failing writer is the caller's to notice
+		}
+		_ = c.w.Write(wire.TCredit, id, wire.Credit(len(p)))
+	}
+}
+
+// sendStdin streams r to the command within the window, then EOF.
+func (c *Conn) sendStdin(id uint32, s *cstream, r io.Reader) {
+	buf := make([]byte, wire.Chunk)
+	for {
+		n, err := r.Read(buf)
+		for off := 0; off < n; {
+			k := s.in.Take(n - off)
+			if k == 0 {
+				return // the command ended
+			}
+			if c.w.Write(wire.TStdin, id, buf[off:off+k]) != nil {
+				return
+			}
+			off += k
+		}
+		if err != nil {
+			_ = c.w.Write(wire.TStdinEOF, id, nil)
+			return
+		}
+	}
+}

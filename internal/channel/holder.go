@@ -1,0 +1,368 @@
+package channel
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/wire"
+)
+
+// The holder keeps one Conn open for many hsbx processes, the pattern of
+// ssh's ControlMaster: it listens on a unix socket in a directory only its
+// user can enter, checks each peer's uid, and runs one command per
+// connection. The client side is RunVia.
+
+// SocketDir returns (making it if needed) the directory holder sockets
+// live in: base/hsbx, mode 0700, owned by this user. Anything else there
+// (another owner, a looser mode, a symlink) is refused.
+func SocketDir(base string) (string, error) {
+	if base == "" {
+		return "", errors.New("no runtime directory")
+	}
+	dir := filepath.Join(base, "hsbx")
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 || !ownedBySelf(fi) {
+		return "", fmt.Errorf("%s must be a directory of this user with mode 0700", dir)
+	}
+	return dir, nil
+}
+
+// SocketPath names the holder socket for one sandbox channel: a digest of
+// everything that decides which agent it reaches (engine binary and
+// endpoint, container id, user), so no two channels share a socket.
+func SocketPath(dir string, parts ...string) string {
+	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return filepath.Join(dir, hex.EncodeToString(h[:])[:24]+".sock")
+}
+
+// Holder serves one Conn on a listener.
+type Holder struct {
+	Conn     *Conn
+	Listener *net.UnixListener
+	// Idle ends the holder after this long without a command.
+	Idle time.Duration
+	Log  *slog.Logger
+
+	active   atomic.Int64
+	lastUsed atomic.Int64 // unix nanoseconds
+	stop     chan string
+	stopOnce sync.Once
+}
+
+// Serve runs until the holder is idle, the agent's channel goes down, a
+// client asks for shutdown or ctx ends; it returns why. It closes the
+// listener (removing the socket) and the Conn (ending the agent).
+func (h *Holder) Serve(ctx context.Context) string {
+	if h.Log == nil {
+		h.Log = slog.New(slog.DiscardHandler)
+	}
+	h.stop = make(chan string, 1)
+	h.lastUsed.Store(time.Now().UnixNano())
+	go h.accept(ctx)
+	tick := time.NewTicker(min(h.Idle/4+time.Millisecond, time.Second))
+	defer tick.Stop()
+	var why string
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			why = "signalled"
+			break loop
+		case <-h.Conn.Done():
+			why = fmt.Sprintf("the agent's channel ended: %v", h.Conn.Err())
+			break loop
+		case why = <-h.stop:
+			break loop
+		case <-tick.C:
+			if h.active.Load() == 0 && time.Since(time.Unix(0, h.lastUsed.Load())) >= h.Idle {
+				why = fmt.Sprintf("idle for %s", h.Idle)
+				break loop
+			}
+		}
+	}
+	_ = h.Listener.Close()
+	_ = h.Conn.Close()
+	return why
+}
+
+func (h *Holder) shutdown(why string) {
+	select {
+	case h.stop <- why:
+	default:
+	}
+}
+
+func (h *Holder) accept(ctx context.Context) {
+	for {
+		nc, err := h.Listener.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				h.shutdown(fmt.Sprintf("accepting on the socket failed: %v", err))
+			}
+			return
+		}
+		go h.handle(ctx, nc)
+	}
+}
+
+// handle runs one client's command.
+func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
+	defer nc.Close()
+	if err := checkPeer(nc); err != nil {
+		h.Log.Warn("refused a connection", "error", err)
+		return
+	}
+	w := wire.NewWriter(nc)
+	r := wire.NewReader(nc)
+	down := h.Conn.Err() != nil
+	if w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: h.Conn.Build(), Down: down}) != nil || down {
+		return
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	f, err := r.Read()
+	if err != nil {
+		return
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	switch f.Type {
+	case wire.TShutdown:
+		h.shutdown("asked to shut down")
+		return
+	case wire.TStart:
+	default:
+		return
+	}
+	var st wire.Start
+	if wire.Decode(f, &st) != nil {
+		return
+	}
+	h.active.Add(1)
+	defer func() {
+		h.lastUsed.Store(time.Now().UnixNano())
+		h.active.Add(-1)
+	}()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := Request{Start: st, Stdout: frameWriter{w, wire.TStdout}, Stderr: frameWriter{w, wire.TStderr}}
+	var pw *io.PipeWriter
+	if st.Stdin {
+		var pr *io.PipeReader
+		pr, pw = io.Pipe()
+		req.Stdin = pr
+	}
+	go func() {
+		// The client's frames: input, a kill, or its going away (which
+		// kills the command: nobody is left to read its output).
+		defer cancel()
+		for {
+			f, err := r.Read()
+			if err != nil {
+				if pw != nil {
+					pw.CloseWithError(io.ErrUnexpectedEOF)
+				}
+				return
+			}
+			switch f.Type {
+			case wire.TStdin:
+				if pw != nil {
+					_, _ = pw.Write(f.Payload)
+				}
+			case wire.TStdinEOF:
+				if pw != nil {
+					pw.Close()
+				}
+			case wire.TSignal:
+				return
+			}
+		}
+	}()
+	res, err := h.Conn.Run(runCtx, req)
+	exit := wire.Exit{Code: res.Code, Killed: res.Killed}
+	var be *BrokenError
+	switch {
+	case errors.Is(err, ErrNotDelivered):
+		exit.NotDelivered = true
+		exit.Error = err.Error()
+	case errors.As(err, &be):
+		exit.Error = be.Err.Error()
+	case err != nil:
+		exit.Error = err.Error()
+	}
+	_ = w.WriteJSON(wire.TExit, 0, exit)
+	if pw != nil {
+		pw.Close()
+	}
+}
+
+type frameWriter struct {
+	w *wire.Writer
+	t wire.Type
+}
+
+func (f frameWriter) Write(p []byte) (int, error) {
+	for off := 0; off < len(p); off += wire.Chunk {
+		if err := f.w.Write(f.t, 0, p[off:min(off+wire.Chunk, len(p))]); err != nil {
+			return off, err
+		}
+	}
+	return len(p), nil
+}
+
+// RunVia runs req through the holder listening at socket. ErrNotDelivered
+// means no holder took the command (none is there, or its channel is
+// down): run it another way. After the command was sent, a broken
+// connection is a *BrokenError: it may have run.
+func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
+	}
+	defer nc.Close()
+	w := wire.NewWriter(nc)
+	r := wire.NewReader(nc)
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	f, err := r.Read()
+	var h wire.Hello
+	if err != nil || f.Type != wire.THello || wire.Decode(f, &h) != nil || h.Proto != wire.Proto || h.Down {
+		return Result{}, fmt.Errorf("%w: the holder did not greet (%v)", ErrNotDelivered, err)
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	req.Start.Stdin = req.Stdin != nil
+	if err := w.WriteJSON(wire.TStart, 0, req.Start); err != nil {
+		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
+	}
+	if req.Stdin != nil {
+		go func() {
+			_, err := io.Copy(frameWriter{w, wire.TStdin}, req.Stdin)
+			if err == nil {
+				_ = w.Write(wire.TStdinEOF, 0, nil)
+			}
+		}()
+	}
+	frames := make(chan wire.Frame, 1)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			f, err := r.Read()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			switch f.Type {
+			case wire.TStdout, wire.TStderr:
+				out := req.Stdout
+				if f.Type == wire.TStderr {
+					out = req.Stderr
+				}
+				if out != nil {
+					_, _ = out.Write(f.Payload)
+				}
+			case wire.TExit:
+				frames <- f
+				return
+			}
+		}
+	}()
+	var res Result
+	var killDeadline <-chan time.Time
+	done := ctx.Done()
+	for {
+		select {
+		case f := <-frames:
+			var e wire.Exit
+			if err := wire.Decode(f, &e); err != nil {
+				return res, &BrokenError{Err: err}
+			}
+			res.Code, res.Killed = e.Code, e.Killed
+			switch {
+			case e.NotDelivered:
+				return res, fmt.Errorf("%w: %s", ErrNotDelivered, e.Error)
+			case e.Error != "":
+				return res, &BrokenError{Err: errors.New(e.Error)}
+			}
+			return res, nil
+		case err := <-readErr:
+			return res, &BrokenError{Err: fmt.Errorf("the holder went away: %w", err)}
+		case <-done:
+			res.Interrupted = true
+			done = nil
+			_ = w.Write(wire.TSignal, 0, []byte{byte(syscall.SIGKILL)})
+			killDeadline = time.After(KillWait + time.Second)
+		case <-killDeadline:
+			return res, &BrokenError{Err: fmt.Errorf("the holder did not confirm the kill within %s", KillWait)}
+		}
+	}
+}
+
+// Shutdown asks the holder at socket to end (stop and down do, so no
+// holder outlives its sandbox by its idle time). No holder: nothing to do.
+func Shutdown(ctx context.Context, socket string) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(2 * time.Second))
+	r := wire.NewReader(nc)
+	if f, err := r.Read(); err != nil || f.Type != wire.THello {
+		return
+	}
+	_ = wire.NewWriter(nc).Write(wire.TShutdown, 0, nil)
+	_, _ = r.Read() // wait for the holder to hang up
+}
+
+// Alive reports whether a holder answers at socket with its channel up.
+func Alive(socket string, wait time.Duration) bool {
+	nc, err := net.DialTimeout("unix", socket, wait)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(wait))
+	f, err := wire.NewReader(nc).Read()
+	var h wire.Hello
+	return err == nil && f.Type == wire.THello && wire.Decode(f, &h) == nil && !h.Down
+}
+
+// unavailableFor is how long a holder's verdict that the agent cannot run
+// in a sandbox stops hsbx from trying again.
+const unavailableFor = 10 * time.Minute
+
+// MarkUnavailable records why no holder can serve socket's sandbox.
+func MarkUnavailable(socket, reason string) {
+	_ = os.WriteFile(socket+".unavailable", []byte(reason), 0o600)
+}
+
+// UnavailableReason is a recent MarkUnavailable verdict for socket.
+func UnavailableReason(socket string) (string, bool) {
+	fi, err := os.Stat(socket + ".unavailable")
+	if err != nil || time.Since(fi.ModTime()) > unavailableFor {
+		return "", false
+	}
+	b, err := os.ReadFile(socket + ".unavailable")
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}

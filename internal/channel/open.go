@@ -1,0 +1,214 @@
+package channel
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// UnavailableError says the agent cannot run in this sandbox (a binary
+// that is not a static Linux one, another CPU architecture, a root file
+// system the engine cannot copy into): commands take the plain exec path.
+type UnavailableError struct{ Reason string }
+
+func (e *UnavailableError) Error() string { return "exec channel unavailable: " + e.Reason }
+
+// Agent says where and how to run the agent.
+type Agent struct {
+	Runtime runtime.Runtime
+	ID      string // the sandbox's verified container id
+	User    string // exec --user ("" = the container's)
+	// Binary is a static Linux build of hsbx (it serves `agent`).
+	Binary string
+	Log    *slog.Logger
+}
+
+// pathPrefix names the agent in a sandbox; the rest is a digest of the
+// binary, so a different hsbx never talks to a stale agent.
+const pathPrefix = "/.hsbx-agent-"
+
+// AgentPath is where binary lives inside a sandbox.
+func AgentPath(binary string) (string, error) {
+	f, err := os.Open(binary)
+	if err != nil {
+		return "", &UnavailableError{Reason: err.Error()}
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", &UnavailableError{Reason: err.Error()}
+	}
+	return pathPrefix + hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// CheckBinary says whether binary can run as the agent in a Linux
+// container of this host's architecture: a static ELF executable.
+func CheckBinary(binary string) error {
+	f, err := elf.Open(binary)
+	if err != nil {
+		return &UnavailableError{Reason: fmt.Sprintf("%s is not a Linux executable: %v", binary, err)}
+	}
+	defer f.Close()
+	if want, ok := machines[goruntime.GOARCH]; !ok || f.Machine != want {
+		return &UnavailableError{Reason: fmt.Sprintf("%s is built for %s, not this host's %s", binary, f.Machine, goruntime.GOARCH)}
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return &UnavailableError{Reason: fmt.Sprintf("%s is dynamically linked (build it with CGO_ENABLED=0)", binary)}
+		}
+	}
+	return nil
+}
+
+var machines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "386": elf.EM_386,
+	"arm": elf.EM_ARM, "riscv64": elf.EM_RISCV, "ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390}
+
+// Open starts the agent in the sandbox (`exec -i ID AGENT agent`) and
+// returns the channel to it. A missing agent is copied in with the
+// engine's cp (into the container's root file system, which the hardened
+// run keeps writable and exec-able) and started once more. The channel
+// outlives ctx's cancellation; Close ends it.
+func Open(ctx context.Context, a Agent) (*Conn, error) {
+	if a.Log == nil {
+		a.Log = slog.New(slog.DiscardHandler)
+	}
+	if goruntime.GOOS != "linux" {
+		return nil, &UnavailableError{Reason: "the exec channel needs a Linux host"}
+	}
+	if err := CheckBinary(a.Binary); err != nil {
+		return nil, err
+	}
+	path, err := AgentPath(a.Binary)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := start(ctx, a, path)
+	if err == nil {
+		return conn, nil
+	}
+	if ctx.Err() != nil {
+		return nil, err
+	}
+	a.Log.Debug("agent not running; installing it", "path", path, "error", err)
+	if ierr := install(ctx, a, path); ierr != nil {
+		return nil, ierr
+	}
+	conn, err = start(ctx, a, path)
+	if err != nil {
+		return nil, &UnavailableError{Reason: err.Error()}
+	}
+	return conn, nil
+}
+
+// install copies the binary to path in the container, mode 0755, owned
+// by root, through `cp -` (works for rootless and remote engines alike).
+func install(ctx context.Context, a Agent, path string) error {
+	f, err := os.Open(a.Binary)
+	if err != nil {
+		return &UnavailableError{Reason: err.Error()}
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return &UnavailableError{Reason: err.Error()}
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Size: fi.Size(),
+			Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)})
+		if err == nil {
+			_, err = io.Copy(tw, f)
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	if err := a.Runtime.CopyIn(ctx, a.ID, "/", pr); err != nil {
+		pr.CloseWithError(err)
+		return &UnavailableError{Reason: fmt.Sprintf("copying the agent into the sandbox: %v", err)}
+	}
+	return nil
+}
+
+// helloWait bounds the wait for a started agent's hello.
+func helloWait(rt runtime.Runtime) time.Duration { return rt.CallTimeout() }
+
+func start(ctx context.Context, a Agent, path string) (*Conn, error) {
+	execCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	stderr := &proc.TailBuffer{Max: 4 << 10}
+	done := make(chan execResult, 1)
+	go func() {
+		code, err := a.Runtime.Exec(execCtx, runtime.ExecSpec{ID: a.ID, Cmd: []string{path, "agent"}, User: a.User,
+			Interactive: true, Stdin: inR, Stdout: outW, Stderr: stderr})
+		outW.CloseWithError(io.EOF)
+		inR.Close()
+		done <- execResult{code, err}
+	}()
+	cl := &closer{in: inW, cancel: cancel, done: done}
+	conn, err := NewConn(outR, inW, cl, helloWait(a.Runtime))
+	if err != nil {
+		cancel()
+		_ = inW.Close()
+		r := <-done
+		if r.err != nil {
+			return nil, fmt.Errorf("starting the agent: %w", r.err)
+		}
+		return nil, fmt.Errorf("starting the agent: %v (exit %d: %s)", err, r.code, clip(string(stderr.Bytes())))
+	}
+	return conn, nil
+}
+
+// closer ends an agent: EOF on its stdin makes it kill what it runs and
+// exit; the engine client is killed if it lingers.
+type closer struct {
+	once   sync.Once
+	in     io.Closer
+	cancel context.CancelFunc
+	done   <-chan execResult
+}
+
+// execResult is how the agent's exec ended.
+type execResult struct {
+	code int
+	err  error
+}
+
+func (c *closer) Close() error {
+	c.once.Do(func() {
+		_ = c.in.Close()
+		select {
+		case <-c.done:
+		case <-time.After(KillWait):
+		}
+		c.cancel()
+	})
+	return nil
+}
+
+func clip(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	if s == "" {
+		return "no message"
+	}
+	return s
+}

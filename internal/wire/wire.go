@@ -1,0 +1,335 @@
+// Package wire is the framed, multiplexed protocol hsbx speaks with its
+// agent inside a sandbox (over the engine's exec stdio) and with the
+// holder that keeps that channel open (over a unix socket). A frame is a
+// 9-byte header — type, stream id, payload length — and a bounded payload;
+// control payloads are JSON, data payloads raw bytes. Nothing a peer sends
+// is trusted: frames longer than MaxPayload and unknown types are errors.
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Proto is the protocol version both ends must speak (Hello.Proto).
+const Proto = 1
+
+// MaxPayload bounds a frame's payload; a peer announcing more is broken.
+const MaxPayload = 1 << 20
+
+// Chunk is the size data is sent in.
+const Chunk = 32 << 10
+
+// Window is how many data bytes one direction of one stream may have in
+// flight before the receiver returns Credit.
+const Window = 512 << 10
+
+// Type is a frame's kind.
+type Type uint8
+
+// Frame types. Stream 0 is the connection itself (Hello, Shutdown).
+const (
+	THello    Type = 1  // Hello, both ways, first frame
+	TStart    Type = 2  // Start: run a process as this stream
+	TStdin    Type = 3  // data for the process's stdin
+	TStdinEOF Type = 4  // the process's stdin is closed
+	TStdout   Type = 5  // data from the process's stdout
+	TStderr   Type = 6  // data from the process's stderr
+	TSignal   Type = 7  // one byte: signal the process's group and marked processes
+	TExit     Type = 8  // Exit: the stream is over
+	TCredit   Type = 9  // 4 bytes: the receiver consumed that much data
+	TShutdown Type = 10 // ask a holder to end its channel and exit
+	maxType   Type = TShutdown
+)
+
+func (t Type) String() string {
+	names := [...]string{"", "hello", "start", "stdin", "stdin-eof", "stdout", "stderr", "signal", "exit", "credit", "shutdown"}
+	if t >= 1 && t <= maxType {
+		return names[t]
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Frame is one protocol unit.
+type Frame struct {
+	Type    Type
+	Stream  uint32
+	Payload []byte
+}
+
+// Hello opens a connection in both directions.
+type Hello struct {
+	Proto int    `json:"proto"`
+	Build string `json:"build,omitempty"` // the agent binary's build identity
+	// Down (holder → client) says the holder's channel is not usable:
+	// the client runs its command the plain way.
+	Down bool `json:"down,omitempty"`
+}
+
+// Start asks for a process.
+type Start struct {
+	Argv []string `json:"argv"`
+	// Env is added to (and overrides) the agent's own environment, which
+	// is what a plain exec in the sandbox would see.
+	Env []string `json:"env,omitempty"`
+	Dir string   `json:"dir,omitempty"`
+	// Stdin false: the process gets an empty stdin (as exec without -i).
+	Stdin bool `json:"stdin,omitempty"`
+	// Marker is a "NAME=token" the process and its children carry, so
+	// Signal reaches processes that left the process group.
+	Marker string `json:"marker,omitempty"`
+}
+
+// Exit ends a stream.
+type Exit struct {
+	Code int `json:"code"`
+	// Killed counts the processes a Signal reached.
+	Killed int `json:"killed,omitempty"`
+	// Error says the stream failed outside the command (the channel
+	// broke, the agent could not run it); Code is then meaningless.
+	Error string `json:"error,omitempty"`
+	// NotDelivered (holder → client) says the Start never reached the
+	// agent: the client may run the command another way.
+	NotDelivered bool `json:"not_delivered,omitempty"`
+}
+
+// ErrTooLarge is returned for a frame whose payload exceeds MaxPayload.
+var ErrTooLarge = errors.New("frame payload too large")
+
+const headerLen = 9
+
+// Reader reads frames.
+type Reader struct{ r *bufio.Reader }
+
+// NewReader reads frames from r.
+func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// Read returns the next frame. Its payload is a fresh slice the caller
+// owns. io.EOF only at a frame boundary; a cut frame is io.ErrUnexpectedEOF.
+func (r *Reader) Read() (Frame, error) {
+	var h [headerLen]byte
+	if _, err := io.ReadFull(r.r, h[:]); err != nil {
+		return Frame{}, err
+	}
+	f := Frame{Type: Type(h[0]), Stream: binary.BigEndian.Uint32(h[1:5])}
+	n := binary.BigEndian.Uint32(h[5:9])
+	if f.Type == 0 || f.Type > maxType {
+		return Frame{}, fmt.Errorf("unknown frame type %d", h[0])
+	}
+	if n > MaxPayload {
+		return Frame{}, fmt.Errorf("%w: %d bytes (limit %d)", ErrTooLarge, n, MaxPayload)
+	}
+	if n > 0 {
+		f.Payload = make([]byte, n)
+		if _, err := io.ReadFull(r.r, f.Payload); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return Frame{}, err
+		}
+	}
+	return f, nil
+}
+
+// Writer writes whole frames; it is safe for concurrent use.
+type Writer struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+// NewWriter writes frames to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write sends one frame in one write. After a failed write every later
+// one fails with the same error.
+func (w *Writer) Write(t Type, stream uint32, payload []byte) error {
+	if len(payload) > MaxPayload {
+		return ErrTooLarge
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.buf = append(w.buf[:0], byte(t), 0, 0, 0, 0, 0, 0, 0, 0)
+	binary.BigEndian.PutUint32(w.buf[1:5], stream)
+	binary.BigEndian.PutUint32(w.buf[5:9], uint32(len(payload)))
+	w.buf = append(w.buf, payload...)
+	if _, err := w.w.Write(w.buf); err != nil {
+		w.err = err
+		return err
+	}
+	if cap(w.buf) > 4*Chunk {
+		w.buf = nil
+	}
+	return nil
+}
+
+// WriteJSON sends a control frame.
+func (w *Writer) WriteJSON(t Type, stream uint32, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return w.Write(t, stream, b)
+}
+
+// Credit encodes a credit frame's payload.
+func Credit(n int) []byte {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(n))
+	return b[:]
+}
+
+// ParseCredit decodes a credit payload.
+func ParseCredit(p []byte) (int, error) {
+	if len(p) != 4 {
+		return 0, fmt.Errorf("credit frame of %d bytes, want 4", len(p))
+	}
+	n := binary.BigEndian.Uint32(p)
+	if n > Window {
+		return 0, fmt.Errorf("credit of %d bytes exceeds the window", n)
+	}
+	return int(n), nil
+}
+
+// Decode parses a control payload into v, strictly.
+func Decode(f Frame, v any) error {
+	if err := json.Unmarshal(f.Payload, v); err != nil {
+		return fmt.Errorf("bad %s frame: %w", f.Type, err)
+	}
+	return nil
+}
+
+// Flow is one direction's send window: the sender takes credit before it
+// sends data, the receiver's Credit frames give it back.
+type Flow struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	avail  int
+	closed bool
+}
+
+// NewFlow returns a window holding n bytes of credit.
+func NewFlow(n int) *Flow {
+	f := &Flow{avail: n}
+	f.cond = sync.NewCond(&f.mu)
+	return f
+}
+
+// Take waits for credit and takes up to max bytes of it; 0 once closed.
+func (f *Flow) Take(max int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.avail == 0 && !f.closed {
+		f.cond.Wait()
+	}
+	if f.closed {
+		return 0
+	}
+	n := min(max, f.avail)
+	f.avail -= n
+	return n
+}
+
+// Give returns n bytes of credit; more than the window is refused.
+func (f *Flow) Give(n int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.avail+n > Window {
+		return fmt.Errorf("peer returned more credit (%d) than it was given", f.avail+n)
+	}
+	f.avail += n
+	f.cond.Broadcast()
+	return nil
+}
+
+// Close wakes every waiter; Take returns 0 from then on.
+func (f *Flow) Close() {
+	f.mu.Lock()
+	f.closed = true
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}
+
+// Queue is a FIFO of data chunks bounded by bytes: the receiving end of a
+// Flow. Push never blocks; a peer that overruns its window is an error.
+// Each chunk carries the frame type it came in (stdout or stderr), so one
+// queue keeps their order.
+type Queue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	chunks []chunk
+	bytes  int
+	eof    bool
+	closed bool
+}
+
+type chunk struct {
+	t Type
+	p []byte
+}
+
+// NewQueue returns an empty queue.
+func NewQueue() *Queue {
+	q := &Queue{}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// ErrOverrun says a peer sent more data than its window allowed.
+var ErrOverrun = errors.New("peer sent more data than its window allows")
+
+// Push appends a chunk of type t.
+func (q *Queue) Push(t Type, p []byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.bytes+len(p) > Window {
+		return ErrOverrun
+	}
+	q.chunks = append(q.chunks, chunk{t, p})
+	q.bytes += len(p)
+	q.cond.Signal()
+	return nil
+}
+
+// End marks the end of data: Pop returns what is queued, then ok false.
+func (q *Queue) End() {
+	q.mu.Lock()
+	q.eof = true
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+// Pop waits for the next chunk; ok false at end of data or once closed.
+func (q *Queue) Pop() (t Type, p []byte, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.chunks) == 0 && !q.eof && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed || len(q.chunks) == 0 {
+		return 0, nil, false
+	}
+	c := q.chunks[0]
+	q.chunks[0] = chunk{}
+	q.chunks = q.chunks[1:]
+	q.bytes -= len(c.p)
+	return c.t, c.p, true
+}
+
+// Close drops what is queued and ends every Pop.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	q.closed = true
+	q.chunks = nil
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}

@@ -1,0 +1,250 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/environ"
+	"github.com/hsbx/hsbx/internal/wire"
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// The exec channel: with Config.Agent set, a command in a warm sandbox
+// goes to hsbx's agent over one open `exec -i` stream instead of costing
+// an engine call. In-process (the Go package) the Sandbox holds the
+// channel until Close; with Config.HolderDir (the CLI) a detached holder
+// process holds it behind a unix socket for many hsbx processes. Either
+// way a command runs at most once: it falls back to the plain exec path
+// only when it provably never reached the agent.
+
+// HolderSpec is what a holder process needs to serve one sandbox.
+type HolderSpec struct {
+	Socket string
+	ID     string // the verified container id
+	User   string // exec --user for the agent ("" = the container's)
+}
+
+// channelState is a Sandbox's in-process channel.
+type channelState struct {
+	mu          sync.Mutex
+	conn        *channel.Conn
+	id          string // the container the conn reaches
+	unavailable string // why the agent cannot run here (no retry)
+	holderTried atomic.Bool
+}
+
+// usesChannel says whether c may go through the channel: a TTY needs the
+// engine's own terminal handling, and a per-process sandbox is not worth
+// a holder.
+func (s *Sandbox) usesChannel(c Command) bool {
+	if s.m.c.Agent == "" || c.TTY {
+		return false
+	}
+	if s.m.c.HolderDir != "" && s.ephemeral {
+		return false
+	}
+	return true
+}
+
+func (s *Sandbox) execUser() string {
+	if s.spec.RunAsHostUser {
+		return fmt.Sprintf("%d:%d", s.m.c.UID, s.m.c.GID)
+	}
+	return ""
+}
+
+// HolderSocket is the socket of the holder for container id (the CLI's
+// stop and down end it there).
+func (m *Manager) HolderSocket(id, user string) string {
+	if m.c.HolderDir == "" {
+		return ""
+	}
+	parts := []string{m.c.Runtime.Binary(), id, user}
+	for _, k := range endpointVars {
+		v, _ := environ.Lookup(m.c.Environ, k)
+		parts = append(parts, k+"="+v)
+	}
+	return channel.SocketPath(m.c.HolderDir, parts...)
+}
+
+// endpointVars choose which engine a client reaches: a holder serves one.
+var endpointVars = []string{"DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "CONTAINER_HOST", "CONTAINER_CONNECTION", "CONTAINERS_CONF"}
+
+// execChannel runs c through the channel to container target. ok false:
+// the command was not sent (no channel here); run it the plain way.
+func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env map[string]string) (code int, err error, ok bool) {
+	run, ok := s.channelRunner(ctx, target)
+	if !ok {
+		return 0, nil, false
+	}
+	if !s.ephemeral {
+		release := holdInUse(s.stateDir(), s.key.Hash())
+		defer release()
+		touchLastUse(s.stateDir(), s.key.Hash())
+	}
+	token := randomHex(12)
+	keys := slices.Sorted(maps.Keys(env))
+	st := wire.Start{Argv: c.Argv, Dir: c.WorkDir, Marker: ExecIDVar + "=" + token}
+	for _, k := range keys {
+		st.Env = append(st.Env, k+"="+env[k])
+	}
+	execCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if c.Timeout > 0 {
+		var tcancel context.CancelFunc
+		execCtx, tcancel = context.WithTimeoutCause(execCtx, c.Timeout, ErrCommandTimeout)
+		defer tcancel()
+	}
+	var alive atomic.Bool
+	req := channel.Request{Start: st,
+		Stdout: watch(c.Stdout, "stdout", false, &alive, cancel),
+		Stderr: watch(c.Stderr, "stderr", false, &alive, cancel)}
+	if c.Stdin != nil {
+		req.Stdin = c.Stdin
+	}
+	res, err := run(execCtx, req)
+	var be *channel.BrokenError
+	switch {
+	case errors.Is(err, channel.ErrNotDelivered):
+		s.m.log.Debug("exec channel not available; plain exec", "id", target, "error", err)
+		s.dropChannel(target)
+		return 0, nil, false
+	case errors.As(err, &be):
+		s.dropChannel(target)
+		return -1, fmt.Errorf("%w: %v", runtime.ErrEngine, be), true
+	case err != nil:
+		return -1, err, true
+	case res.Interrupted:
+		return -1, &InterruptedError{Cause: context.Cause(execCtx), Killed: res.Killed}, true
+	}
+	return res.Code, nil, true
+}
+
+type runFunc func(context.Context, channel.Request) (channel.Result, error)
+
+// channelRunner returns how to reach the agent for target: the holder's
+// socket (CLI) or the Sandbox's own Conn, opened on first use.
+func (s *Sandbox) channelRunner(ctx context.Context, target string) (runFunc, bool) {
+	if s.m.c.HolderDir != "" {
+		sock := s.m.HolderSocket(target, s.execUser())
+		return func(ctx context.Context, r channel.Request) (channel.Result, error) {
+			return channel.RunVia(ctx, sock, r)
+		}, true
+	}
+	cs := &s.ch
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.unavailable != "" {
+		return nil, false
+	}
+	if cs.conn != nil && cs.id == target && cs.conn.Err() == nil {
+		return cs.conn.Run, true
+	}
+	if cs.conn != nil {
+		_ = cs.conn.Close()
+		cs.conn = nil
+	}
+	conn, err := channel.Open(ctx, channel.Agent{Runtime: s.rt(), ID: target, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log})
+	if err != nil {
+		var ue *channel.UnavailableError
+		if errors.As(err, &ue) {
+			cs.unavailable = ue.Reason
+		}
+		s.m.log.Debug("exec channel not opened; plain exec", "id", target, "error", err)
+		return nil, false
+	}
+	cs.conn, cs.id = conn, target
+	return conn.Run, true
+}
+
+// dropChannel forgets a broken in-process channel (the next exec opens
+// a new one).
+func (s *Sandbox) dropChannel(target string) {
+	cs := &s.ch
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.conn != nil && cs.id == target {
+		_ = cs.conn.Close()
+		cs.conn = nil
+	}
+}
+
+// afterPlainExec starts a holder for the next hsbx process (CLI), once
+// per handle, when the plain path ran a command in a verified sandbox.
+func (s *Sandbox) afterPlainExec(target string) {
+	if s.m.c.HolderDir == "" || s.m.c.StartHolder == nil || s.ephemeral || s.ch.holderTried.Swap(true) {
+		return
+	}
+	s.m.c.StartHolder(HolderSpec{Socket: s.m.HolderSocket(target, s.execUser()), ID: target, User: s.execUser()})
+}
+
+// closeChannel ends the in-process channel (the agent kills what it runs).
+func (s *Sandbox) closeChannel() {
+	cs := &s.ch
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.conn != nil {
+		_ = cs.conn.Close()
+		cs.conn = nil
+	}
+}
+
+// ChannelStatus says whether commands to container id can skip the
+// engine call: "up" (a holder, or this handle's channel, is open), "down"
+// (none yet; the next exec starts one), "off", or "unavailable: <why>".
+func (s *Sandbox) ChannelStatus(id string) string {
+	if s.m.c.Agent != "" && s.m.c.HolderDir == "" {
+		s.ch.mu.Lock()
+		defer s.ch.mu.Unlock()
+		switch {
+		case s.ch.unavailable != "":
+			return "unavailable: " + s.ch.unavailable
+		case s.ch.conn != nil && s.ch.id == id && s.ch.conn.Err() == nil:
+			return "up"
+		}
+		return "down"
+	}
+	return s.m.holderStatus(id, s.execUser())
+}
+
+// holderStatus is ChannelStatus for the holders of container id.
+func (m *Manager) holderStatus(id string, users ...string) string {
+	if m.c.Agent == "" {
+		return "off"
+	}
+	if m.c.HolderDir == "" {
+		return "down"
+	}
+	status := "down"
+	for _, u := range users {
+		sock := m.HolderSocket(id, u)
+		if channel.Alive(sock, time.Second) {
+			return "up"
+		}
+		if why, ok := channel.UnavailableReason(sock); ok {
+			status = "unavailable: " + why
+		}
+	}
+	return status
+}
+
+// endChannel ends the channel to container id before stop or down: the
+// holder (or this handle's own channel) would end with the container
+// anyway, but not before the engine had to kill the agent.
+func (s *Sandbox) endChannel(ctx context.Context, id string) {
+	if s.m.c.Agent == "" {
+		return
+	}
+	if s.m.c.HolderDir != "" {
+		channel.Shutdown(ctx, s.m.HolderSocket(id, s.execUser()))
+		return
+	}
+	s.dropChannel(id)
+}
