@@ -255,18 +255,24 @@ func (s *stream) signal(sig syscall.Signal) {
 		for _, pid := range groupMembers(s.proc.Pid) {
 			hit[pid] = true
 		}
-		_ = syscall.Kill(-s.proc.Pid, sig)
 	}
+	var marked []int
 	if s.marker != "" {
-		for _, pid := range markedProcesses(s.marker) {
-			if syscall.Kill(pid, sig) == nil {
-				hit[pid] = true
-			}
+		marked = markedProcesses(s.marker)
+		for _, pid := range marked {
+			hit[pid] = true
 		}
 	}
+	// Counted before the kill: the Exit it leads to reports the count.
 	s.mu.Lock()
 	s.killed = max(s.killed, len(hit))
 	s.mu.Unlock()
+	if s.proc != nil {
+		_ = syscall.Kill(-s.proc.Pid, sig)
+	}
+	for _, pid := range marked {
+		_ = syscall.Kill(pid, sig)
+	}
 }
 
 func (a *agent) killAll() {

@@ -150,29 +150,57 @@ func helloWait(rt runtime.Runtime) time.Duration { return rt.CallTimeout() }
 
 func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 	execCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	stderr := &proc.TailBuffer{Max: 4 << 10}
+	// OS pipes, handed to the engine client as they are: no copying
+	// goroutine can keep its exec from returning once the client exits.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		cancel()
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	// Before the agent's hello, anything on stderr is the engine failing
+	// to start it; podman then waits for stdin to close before it exits,
+	// so close it at once instead of waiting out the hello.
+	stderr := &startWatch{tail: proc.TailBuffer{Max: 4 << 10}, onWrite: func() { _ = inW.Close() }}
 	done := make(chan execResult, 1)
 	go func() {
 		code, err := a.Runtime.Exec(execCtx, runtime.ExecSpec{ID: a.ID, Cmd: []string{path, "agent"}, User: a.User,
 			Interactive: true, Stdin: inR, Stdout: outW, Stderr: stderr})
-		outW.CloseWithError(io.EOF)
+		// The client is gone: our ends are the last, so the reader sees
+		// EOF and writers EPIPE.
+		outW.Close()
 		inR.Close()
 		done <- execResult{code, err}
 	}()
 	cl := &closer{in: inW, cancel: cancel, done: done}
-	conn, err := NewConn(outR, inW, cl, helloWait(a.Runtime))
+	conn, err := NewConn(outR, inW, multiCloser{cl, outR}, helloWait(a.Runtime))
+	stderr.started()
 	if err != nil {
 		cancel()
 		_ = inW.Close()
 		r := <-done
+		outR.Close()
 		if r.err != nil {
 			return nil, fmt.Errorf("starting the agent: %w", r.err)
 		}
-		return nil, fmt.Errorf("starting the agent: %v (exit %d: %s)", err, r.code, clip(string(stderr.Bytes())))
+		return nil, fmt.Errorf("starting the agent: %v (exit %d: %s)", err, r.code, clip(stderr.text()))
 	}
 	return conn, nil
+}
+
+type multiCloser []io.Closer
+
+func (m multiCloser) Close() error {
+	for _, c := range m {
+		_ = c.Close()
+	}
+	return nil
 }
 
 // closer ends an agent: EOF on its stdin makes it kill what it runs and
@@ -211,4 +239,35 @@ func clip(s string) string {
 		return "no message"
 	}
 	return s
+}
+
+// startWatch keeps the agent's exec's stderr and calls onWrite on the
+// first write before started.
+type startWatch struct {
+	mu      sync.Mutex
+	tail    proc.TailBuffer
+	onWrite func()
+	up      bool
+}
+
+func (w *startWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.up && w.onWrite != nil {
+		w.onWrite()
+		w.onWrite = nil
+	}
+	return w.tail.Write(p)
+}
+
+func (w *startWatch) started() {
+	w.mu.Lock()
+	w.up = true
+	w.mu.Unlock()
+}
+
+func (w *startWatch) text() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.tail.Bytes())
 }

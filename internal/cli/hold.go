@@ -107,7 +107,7 @@ func (a *App) channelConfig(c *sandbox.Config) {
 			argv = append(argv, "--user", h.User)
 		}
 		env := append(withoutVar(a.Env.Environ, "HSBX_LOG_FILE"), "HSBX_LOG_FILE="+strings.TrimSuffix(h.Socket, ".sock")+".log")
-		if err := proc.StartDetached(argv, env); err != nil {
+		if _, err := proc.StartDetached(argv, env); err != nil {
 			a.Log.Debug("starting the exec channel holder failed", "error", err)
 		}
 	}

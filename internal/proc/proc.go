@@ -252,10 +252,10 @@ var ErrNotFound = exec.ErrNotFound
 // descriptor inherited, no parent-death signal — so a CI job or a `$(...)`
 // capture never waits on it. It is reaped in the background while this
 // process lives.
-func StartDetached(argv, env []string) error {
+func StartDetached(argv, env []string) (pid int, err error) {
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer null.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -263,9 +263,12 @@ func StartDetached(argv, env []string) error {
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, null, null
 	cmd.SysProcAttr = detachedAttr()
+	// Descriptors this process inherited without close-on-exec (a shell's
+	// capture pipe, a CI runner's) must not reach a process that lives on.
+	closeInheritedOnExec()
 	if err := cmd.Start(); err != nil {
-		return &StartError{Argv: argv, Err: err}
+		return 0, &StartError{Argv: argv, Err: err}
 	}
 	go func() { _ = cmd.Wait() }()
-	return nil
+	return cmd.Process.Pid, nil
 }

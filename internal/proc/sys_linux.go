@@ -2,6 +2,7 @@ package proc
 
 import (
 	"os"
+	"strconv"
 	"syscall"
 )
 
@@ -23,3 +24,17 @@ func maxRSSKB(ps *os.ProcessState) int64 {
 }
 
 func detachedAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setsid: true} }
+
+// closeInheritedOnExec marks every descriptor above stderr close-on-exec
+// (Go opens its own that way; inherited ones may not be).
+func closeInheritedOnExec() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
+}

@@ -15,3 +15,5 @@ func maxRSSKB(*os.ProcessState) int64 { return 0 }
 
 // detachedAttr: the exec channel's holder runs only on Linux.
 func detachedAttr() *syscall.SysProcAttr { return nil }
+
+func closeInheritedOnExec() {}

@@ -1,0 +1,161 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/enginetest"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// channelManager is e.manager() with the in-process exec channel on.
+func (e *env) channelManager() *sandbox.Manager {
+	return sandbox.New(sandbox.Config{
+		Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: e.t.TempDir(),
+		Environ: e.tg.Env, UID: 0, GID: 0, StopGrace: 5 * time.Second,
+		Warn: func(string) {}, Agent: enginetest.AgentBinary(e.t),
+	})
+}
+
+// Every exec behaviour, on both paths, on every engine: the channel must
+// be indistinguishable from the plain exec but for its speed.
+func TestExecSemanticsBothPaths(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		for _, path := range []string{"plain", "channel"} {
+			t.Run(path, func(t *testing.T) {
+				ctx := context.Background()
+				m := e.manager()
+				if path == "channel" {
+					m = e.channelManager()
+				}
+				sb := m.Sandbox(e.key("sem-"+path), e.spec())
+				t.Cleanup(func() { _ = sb.Close(ctx) })
+				res, err := sb.Ensure(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil {
+					t.Fatal(err)
+				}
+				want := map[string]string{"plain": "off", "channel": "up"}[path]
+				if got := sb.ChannelStatus(res.ID); got != want {
+					t.Fatalf("channel status %q, want %q", got, want)
+				}
+				e.log.reset()
+				checkExecSemantics(t, sb)
+				if n := len(e.log.all()); path == "channel" && n != 0 {
+					t.Errorf("the channel made %d engine calls, want 0:\n%s", n, strings.Join(e.log.all(), "\n"))
+				}
+			})
+		}
+	})
+}
+
+func checkExecSemantics(t *testing.T, sb *sandbox.Sandbox) {
+	ctx := context.Background()
+	run := func(c sandbox.Command) (int, string, string, error) {
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		code, err := sb.Exec(ctx, c)
+		return code, out.String(), errb.String(), err
+	}
+	cases := []struct {
+		name       string
+		cmd        sandbox.Command
+		code       int
+		out, errOut string
+	}{
+		{"status and streams", sandbox.Command{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}}, 3, "out\n", "err\n"},
+		{"engine words are the command's", sandbox.Command{Argv: []string{"sh", "-c", "echo 'Error: No such container: x' >&2; exit 1"}}, 1, "", "Error: No such container: x\n"},
+		{"env verbatim", sandbox.Command{Argv: []string{"sh", "-c", `echo "[$X]"`}, Env: map[string]string{"X": "a,b=c d"}}, 0, "[a,b=c d]\n", ""},
+		{"workdir", sandbox.Command{Argv: []string{"pwd"}, WorkDir: "/tmp"}, 0, "/tmp\n", ""},
+		{"no stdin", sandbox.Command{Argv: []string{"cat"}}, 0, "", ""},
+		{"status 255", sandbox.Command{Argv: []string{"sh", "-c", "exit 255"}}, 255, "", ""},
+	}
+	for _, c := range cases {
+		code, out, errOut, err := run(c.cmd)
+		if err != nil || code != c.code || out != c.out || errOut != c.errOut {
+			t.Errorf("%s: got (%d, %q, %q, %v), want (%d, %q, %q)", c.name, code, out, errOut, err, c.code, c.out, c.errOut)
+		}
+	}
+
+	// stdin streamed and output byte-exact, 20 MB each way
+	data := bytes.Repeat([]byte("hsbx\x00\xff\n"), 20<<20/7)
+	sum := sha256.Sum256(data)
+	h := sha256.New()
+	code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"cat"}, Stdin: bytes.NewReader(data), Stdout: h})
+	if err != nil || code != 0 || !bytes.Equal(h.Sum(nil), sum[:]) {
+		t.Errorf("20 MB through cat: %d %v, checksum equal %v", code, err, bytes.Equal(h.Sum(nil), sum[:]))
+	}
+
+	// --timeout kills the command's processes in the sandbox
+	start := time.Now()
+	_, err = sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 307 & sleep 308"}, Timeout: time.Second})
+	var ie *sandbox.InterruptedError
+	if !errors.As(err, &ie) || !errors.Is(err, sandbox.ErrCommandTimeout) || ie.KillErr != nil || ie.Killed < 1 {
+		t.Errorf("timeout: %v", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("timeout took %s", d)
+	}
+	_, ps, _, _ := run(sandbox.Command{Argv: []string{"ps"}})
+	if strings.Contains(ps, "sleep 307") || strings.Contains(ps, "sleep 308") {
+		t.Errorf("the timed-out command lives on:\n%s", ps)
+	}
+
+	// 16 concurrent commands keep their own status and output
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, out, _, err := run(sandbox.Command{Argv: []string{"sh", "-c", fmt.Sprintf("echo %d; exit %d", i, i)}})
+			if err != nil || code != i || out != fmt.Sprintf("%d\n", i) {
+				mu.Lock()
+				t.Errorf("concurrent %d: %d %q %v", i, code, out, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// The agent dying (killed in the sandbox) breaks only the command it ran:
+// that one is reported, never rerun, and the next exec works.
+func TestChannelSurvivesTheAgentDying(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb := e.channelManager().Sandbox(e.key("agentdies"), e.spec())
+		t.Cleanup(func() { _ = sb.Close(ctx) })
+		res, err := sb.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil || sb.ChannelStatus(res.ID) != "up" {
+			t.Fatalf("channel not up: %v %s", err, sb.ChannelStatus(res.ID))
+		}
+		// The command kills its own agent (its parent): the channel breaks
+		// under it. It ran once; it is not retried.
+		var out bytes.Buffer
+		count := "/tmp/count-" + e.base // the fakes' sandboxes share the host's /tmp
+		_, err = sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo ran >> " + count + "; kill -9 $PPID; sleep 5"}, Stdout: &out})
+		if err == nil {
+			t.Fatal("a command whose channel broke reported success")
+		}
+		out.Reset()
+		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "cat " + count + "; rm -f " + count}, Stdout: &out}); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != "ran\n" {
+			t.Fatalf("the command ran %q times, want once", out.String())
+		}
+	})
+}
