@@ -67,9 +67,9 @@ func checkExecSemantics(t *testing.T, sb *sandbox.Sandbox) {
 		return code, out.String(), errb.String(), err
 	}
 	cases := []struct {
-		name       string
-		cmd        sandbox.Command
-		code       int
+		name        string
+		cmd         sandbox.Command
+		code        int
 		out, errOut string
 	}{
 		{"status and streams", sandbox.Command{Argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}}, 3, "out\n", "err\n"},

@@ -57,10 +57,10 @@ func run(t *testing.T, c *Conn, argv []string, mod func(*Request)) (Result, stri
 func TestConnRunsCommands(t *testing.T) {
 	c := pair(t)
 	tests := []struct {
-		name       string
-		argv       []string
-		mod        func(*Request)
-		code       int
+		name        string
+		argv        []string
+		mod         func(*Request)
+		code        int
 		out, errOut string
 	}{
 		{"exit status", []string{"sh", "-c", "exit 7"}, nil, 7, "", ""},

@@ -122,4 +122,3 @@ func withoutVar(env []string, name string) []string {
 	}
 	return out
 }
-
