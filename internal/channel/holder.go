@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -65,7 +64,6 @@ type Holder struct {
 	active   atomic.Int64
 	lastUsed atomic.Int64 // unix nanoseconds
 	stop     chan string
-	stopOnce sync.Once
 }
 
 // Serve runs until the holder is idle, the agent's channel goes down, a

@@ -23,6 +23,9 @@ type doctorReport struct {
 	Reachable bool            `json:"reachable"`
 	Error     string          `json:"error,omitempty"`
 	Hint      string          `json:"hint,omitempty"`
+	// Channel is the exec channel here: "on (agent PATH)", "off (...)" or
+	// "unavailable: why" (commands then take the plain exec path).
+	Channel string `json:"exec_channel"`
 }
 
 // Run implements the command: detection (always asking the binary, never
@@ -43,6 +46,7 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		r.Error, r.Hint = err.Error(), runtime.Hint(err)
 	}
+	r.Channel = app.channelVerdict()
 	if app.G.JSON {
 		if jerr := json.NewEncoder(app.Env.Stdout).Encode(r); jerr != nil {
 			return jerr
@@ -67,6 +71,7 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 		} else {
 			show("reachable", "no")
 		}
+		show("exec channel", r.Channel)
 	}
 	if !app.G.JSON {
 		for _, w := range config.Warnings(app.lookupEnv) {

@@ -122,3 +122,19 @@ func withoutVar(env []string, name string) []string {
 	}
 	return out
 }
+
+// channelVerdict says whether the exec channel can work here (doctor).
+func (a *App) channelVerdict() string {
+	var c sandbox.Config
+	if !a.Cfg.ExecChannel.Value {
+		return "off (exec_channel = false)"
+	}
+	a.channelConfig(&c)
+	if c.Agent == "" {
+		return "unavailable: no Linux host or no private socket directory (see --log-level debug)"
+	}
+	if err := channel.CheckBinary(c.Agent); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("on (agent %s; holders in %s)", c.Agent, c.HolderDir)
+}

@@ -125,9 +125,9 @@ func (tg Target) Dialect() runtime.Dialect {
 }
 
 var (
-	agentOnce sync.Once
-	agentPath string
-	agentErr  error
+	agentOnce     sync.Once
+	agentPath     string
+	errAgentBuild error
 )
 
 // AgentBinary builds hsbx statically (CGO_ENABLED=0, as `make build`
@@ -138,18 +138,18 @@ func AgentBinary(t testing.TB) string {
 	agentOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "hsbx-agent")
 		if err != nil {
-			agentErr = err
+			errAgentBuild = err
 			return
 		}
 		agentPath = filepath.Join(dir, "hsbx")
 		cmd := exec.Command("go", "build", "-o", agentPath, "github.com/hsbx/hsbx/cmd/hsbx")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("building the agent: %v\n%s", err, out)
+			errAgentBuild = fmt.Errorf("building the agent: %v\n%s", err, out)
 		}
 	})
-	if agentErr != nil {
-		t.Fatal(agentErr)
+	if errAgentBuild != nil {
+		t.Fatal(errAgentBuild)
 	}
 	return agentPath
 }
