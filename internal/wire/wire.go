@@ -224,8 +224,8 @@ func NewFlow(n int) *Flow {
 	return f
 }
 
-// Take waits for credit and takes up to max bytes of it; 0 once closed.
-func (f *Flow) Take(max int) int {
+// Take waits for credit and takes up to limit bytes of it; 0 once closed.
+func (f *Flow) Take(limit int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.avail == 0 && !f.closed {
@@ -234,7 +234,7 @@ func (f *Flow) Take(max int) int {
 	if f.closed {
 		return 0
 	}
-	n := min(max, f.avail)
+	n := min(limit, f.avail)
 	f.avail -= n
 	return n
 }
