@@ -84,24 +84,15 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 	if !ok {
 		return 0, nil, false
 	}
-	if !s.ephemeral {
-		release := holdInUse(s.stateDir(), s.key.Hash())
-		defer release()
-		touchLastUse(s.stateDir(), s.key.Hash())
-	}
+	defer s.markInUse()()
 	token := randomHex(12)
 	keys := slices.Sorted(maps.Keys(env))
 	st := wire.Start{Argv: c.Argv, Dir: c.WorkDir, Marker: ExecIDVar + "=" + token}
 	for _, k := range keys {
 		st.Env = append(st.Env, k+"="+env[k])
 	}
-	execCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if c.Timeout > 0 {
-		var tcancel context.CancelFunc
-		execCtx, tcancel = context.WithTimeoutCause(execCtx, c.Timeout, ErrCommandTimeout)
-		defer tcancel()
-	}
+	execCtx, cancel, end := commandContext(ctx, c)
+	defer end()
 	var alive atomic.Bool
 	req := channel.Request{Start: st,
 		Stdout: watch(c.Stdout, "stdout", false, &alive, cancel),

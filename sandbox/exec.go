@@ -220,21 +220,12 @@ func (e *engineHungError) Error() string {
 func (e *engineHungError) Unwrap() error { return e.err }
 
 func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env map[string]string) (int, error) {
-	if !s.ephemeral {
-		release := holdInUse(s.stateDir(), s.key.Hash())
-		defer release()
-		touchLastUse(s.stateDir(), s.key.Hash())
-	}
+	defer s.markInUse()()
 	token := randomHex(12)
 	env = maps.Clone(env)
 	env[ExecIDVar] = token // the marker always wins
-	execCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if c.Timeout > 0 {
-		var tcancel context.CancelFunc
-		execCtx, tcancel = context.WithTimeoutCause(execCtx, c.Timeout, ErrCommandTimeout)
-		defer tcancel()
-	}
+	execCtx, cancel, end := commandContext(ctx, c)
+	defer end()
 	var alive atomic.Bool // the engine has shown life (output arrived)
 	spec := runtime.ExecSpec{
 		ID: target, Cmd: c.Argv, WorkDir: c.WorkDir, Env: env,
@@ -359,4 +350,28 @@ func clip(s string, n int) string {
 		s = s[:n] + "..."
 	}
 	return s
+}
+
+// markInUse records a command starting in a persistent sandbox (the
+// in-use lock, released by the returned func, and the last-use time) for
+// the idle reaper; both exec paths take it.
+func (s *Sandbox) markInUse() (release func()) {
+	if s.ephemeral {
+		return func() {}
+	}
+	release = holdInUse(s.stateDir(), s.key.Hash())
+	touchLastUse(s.stateDir(), s.key.Hash())
+	return release
+}
+
+// commandContext is a command's context on either exec path: cancel
+// stops it with a cause (a failed writer), c.Timeout with
+// ErrCommandTimeout; end releases both.
+func commandContext(ctx context.Context, c Command) (context.Context, context.CancelCauseFunc, func()) {
+	execCtx, cancel := context.WithCancelCause(ctx)
+	if c.Timeout <= 0 {
+		return execCtx, cancel, func() { cancel(nil) }
+	}
+	tctx, tcancel := context.WithTimeoutCause(execCtx, c.Timeout, ErrCommandTimeout)
+	return tctx, cancel, func() { tcancel(); cancel(nil) }
 }
