@@ -7,10 +7,8 @@ require (
 	github.com/alecthomas/kong v1.17.0
 	github.com/gofrs/flock v0.12.1
 	github.com/rogpeppe/go-internal v1.16.0
+	golang.org/x/sys v0.26.0
 	golang.org/x/term v0.25.0
 )
 
-require (
-	golang.org/x/sys v0.26.0 // indirect
-	golang.org/x/tools v0.26.0 // indirect
-)
+require golang.org/x/tools v0.26.0 // indirect

@@ -161,6 +161,8 @@ func (a *agent) start(id uint32, st wire.Start) {
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code})
 		return
 	}
+	wire.GrowPipe(outR)
+	wire.GrowPipe(errR)
 	s.proc = p
 	a.mu.Lock()
 	a.streams[id] = s
@@ -200,8 +202,9 @@ func (a *agent) start(id uint32, st wire.Start) {
 }
 
 // pump relays one output pipe, within the stream's window.
-func (a *agent) pump(s *stream, r *os.File, t wire.Type) {
-	defer r.Close()
+func (a *agent) pump(s *stream, f *os.File, t wire.Type) {
+	defer f.Close()
+	r := wire.Gather(f)
 	buf := make([]byte, wire.Chunk)
 	for {
 		n, err := r.Read(buf)
@@ -225,8 +228,9 @@ func (a *agent) pump(s *stream, r *os.File, t wire.Type) {
 // goes; end of data closes the pipe.
 func (s *stream) feed(w *os.File) {
 	defer w.Close()
+	var credits wire.Credits
 	for {
-		_, p, ok := s.stdin.Pop()
+		_, p, ok := s.stdin.PopRun()
 		if !ok {
 			return
 		}
@@ -234,7 +238,9 @@ func (s *stream) feed(w *os.File) {
 			s.stdin.Close() // the process stopped reading: drop the rest
 			return
 		}
-		_ = s.agentCredit(len(p))
+		if n := credits.Consumed(len(p)); n > 0 {
+			_ = s.agentCredit(n)
+		}
 	}
 }
 

@@ -258,8 +258,9 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 
 // deliver writes the command's output in order and returns credit.
 func (c *Conn) deliver(id uint32, s *cstream, stdout, stderr io.Writer) {
+	var credits wire.Credits
 	for {
-		t, p, ok := s.out.Pop()
+		t, p, ok := s.out.PopRun()
 		if !ok {
 			return
 		}
@@ -270,7 +271,9 @@ func (c *Conn) deliver(id uint32, s *cstream, stdout, stderr io.Writer) {
 		if w != nil {
 			_, _ = w.Write(p) // a failing writer is the caller's to notice
 		}
-		_ = c.w.Write(wire.TCredit, id, wire.Credit(len(p)))
+		if n := credits.Consumed(len(p)); n > 0 {
+			_ = c.w.Write(wire.TCredit, id, wire.Credit(n))
+		}
 	}
 }
 

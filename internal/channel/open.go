@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -179,7 +180,8 @@ func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 		done <- execResult{code, err}
 	}()
 	cl := &closer{in: inW, cancel: cancel, done: done}
-	conn, err := NewConn(outR, inW, multiCloser{cl, outR}, helloWait(a.Runtime))
+	wire.GrowPipe(outR)
+	conn, err := NewConn(wire.Gather(outR), inW, multiCloser{cl, outR}, helloWait(a.Runtime))
 	stderr.started()
 	if err != nil {
 		cancel()

@@ -187,26 +187,77 @@ func (a *App) sandbox(ctx context.Context) (*sandbox.Sandbox, error) {
 	return m.Sandbox(a.Cfg.Key(), a.Cfg.Spec()), nil
 }
 
-// Main runs hsbx with the given process environment and returns the exit code.
-func Main(ctx context.Context, env Env) int {
-	var g grammar
-	exitCode := -1
-	parser, err := kong.New(&g,
+// execGrammar is the command line of exec alone: the same types, a
+// third of the model for kong to build. See parse.
+type execGrammar struct {
+	Globals
+	Exec ExecCmd `cmd:"" help:"Run a command in the task's sandbox; exits with the command's status."`
+}
+
+func newParser(g any, env Env, exitCode *int) (*kong.Kong, error) {
+	return kong.New(g,
 		kong.Name("hsbx"),
 		kong.Description("Persistent, hardened sandbox containers over the docker or podman CLI.\n\nExit codes: 0 ok; 2 usage or configuration error; 124 exec timed out; 125 engine problem; otherwise the command's own status (exec)."),
 		kong.Writers(env.Stdout, env.Stderr),
-		kong.Exit(func(code int) { exitCode = code }),
+		kong.Exit(func(code int) { *exitCode = code }),
 		kong.Vars{"version": "hsbx " + version()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper()),
 	)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "hsbx: internal error: %v\n", err)
-		return ExitError
+}
+
+// parse reads the command line. Exec is the call a session makes hundreds
+// of times, and building kong's model of every command is most of a warm
+// exec's own cost, so a command line naming exec is first parsed with
+// exec's grammar alone; anything that grammar does not take cleanly (help,
+// version, another command, an error to report) is parsed again with the
+// whole one, which has the last word.
+func parse(env Env, exitCode *int) (*kong.Context, *Globals, error) {
+	if mayBeExec(env.Args) {
+		var g execGrammar
+		quiet := -1
+		if p, err := newParser(&g, Env{Stdout: io.Discard, Stderr: io.Discard}, &quiet); err == nil {
+			if kctx, err := p.Parse(env.Args); err == nil && quiet < 0 && kctx.Selected() != nil && kctx.Selected().Name == "exec" {
+				return kctx, &g.Globals, nil
+			}
+		}
 	}
-	kctx, err := parser.Parse(env.Args)
+	var g grammar
+	p, err := newParser(&g, env, exitCode)
+	if err != nil {
+		return nil, nil, fmt.Errorf("internal error: %w", err)
+	}
+	kctx, err := p.Parse(env.Args)
+	return kctx, &g.Globals, err
+}
+
+// mayBeExec: the arguments name exec and ask for no help or version
+// before a "--".
+func mayBeExec(args []string) bool {
+	exec := false
+	for _, a := range args {
+		switch a {
+		case "--":
+			return exec
+		case "exec":
+			exec = true
+		case "-h", "--help", "--version", "help":
+			return false
+		}
+	}
+	return exec
+}
+
+// Main runs hsbx with the given process environment and returns the exit code.
+func Main(ctx context.Context, env Env) int {
+	exitCode := -1
+	kctx, g, err := parse(env, &exitCode)
 	if exitCode >= 0 { // --help or --version ran and asked to exit
 		return exitCode
+	}
+	if kctx == nil {
+		fmt.Fprintf(env.Stderr, "hsbx: %v\n", err)
+		return ExitError
 	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "hsbx: %v\n  hint: run 'hsbx --help' (or 'hsbx COMMAND --help') for usage; nothing was done\n", err)
@@ -216,7 +267,7 @@ func Main(ctx context.Context, env Env) int {
 	if s, ok := kctx.Selected().Target.Addr().Interface().(settingFlags); ok {
 		flags = append(flags, s.settingFlags()...)
 	}
-	app := &App{G: &g.Globals, Env: env}
+	app := &App{G: g, Env: env}
 	if kctx.Command() == "version" { // never fails on a bad configuration
 		app.Cfg = &config.Config{Settings: config.Defaults()}
 	} else {

@@ -3,8 +3,11 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzReader: any byte stream either yields well-formed frames (bounded,
@@ -62,4 +65,82 @@ func TestQueueRefusesOverrun(t *testing.T) {
 	if err := f.Give(1); err == nil {
 		t.Fatal("credit beyond the window accepted")
 	}
+}
+
+// PopRun joins the chunks of one type queued back to back, never across a
+// change of stream type and never past Chunk, so order is kept.
+func TestPopRunJoinsSameType(t *testing.T) {
+	q := NewQueue()
+	for _, c := range []struct {
+		t Type
+		s string
+	}{{TStdout, "a"}, {TStdout, "b"}, {TStderr, "E"}, {TStdout, "c"}} {
+		if err := q.Push(c.t, []byte(c.s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := bytes.Repeat([]byte{'x'}, Chunk)
+	_ = q.Push(TStdout, big)
+	q.End()
+	var got []string
+	for {
+		ty, p, ok := q.PopRun()
+		if !ok {
+			break
+		}
+		got = append(got, ty.String()+":"+string(p[:min(len(p), 3)])+":"+string(rune('0'+len(p)/Chunk)))
+	}
+	want := []string{"stdout:ab:0", "stderr:E:0", "stdout:c:0", "stdout:xxx:1"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// Credit goes back in batches: nothing until CreditBatch bytes were
+// consumed, then all of them at once.
+func TestCreditsBatch(t *testing.T) {
+	var c Credits
+	total, sent := 0, 0
+	for i := 0; i < 100; i++ {
+		total += 10 << 10
+		sent += c.Consumed(10 << 10)
+		if total-sent >= CreditBatch {
+			t.Fatalf("holding %d bytes of credit, batch is %d", total-sent, CreditBatch)
+		}
+	}
+	if sent == 0 || sent%(10<<10) != 0 {
+		t.Fatalf("sent %d", sent)
+	}
+}
+
+// Gather waits before the read that follows a streaming one, and only
+// then; the bytes are those of the reader underneath.
+func TestGatherWaitsOnlyWhileStreaming(t *testing.T) {
+	src := &stepReader{sizes: []int{10, 2 << 10, 2 << 10, 10}}
+	r := Gather(src)
+	buf := make([]byte, 64<<10)
+	var waited []bool
+	for {
+		start := time.Now()
+		n, err := r.Read(buf)
+		waited = append(waited, time.Since(start) >= gatherFor)
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	want := []bool{false, false, true, true, false}
+	if fmt.Sprint(waited) != fmt.Sprint(want) {
+		t.Fatalf("waited %v, want %v", waited, want)
+	}
+}
+
+type stepReader struct{ sizes []int }
+
+func (s *stepReader) Read(p []byte) (int, error) {
+	if len(s.sizes) == 0 {
+		return 0, io.EOF
+	}
+	n := s.sizes[0]
+	s.sizes = s.sizes[1:]
+	return n, nil
 }
