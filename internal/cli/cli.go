@@ -225,11 +225,17 @@ func parse(env Env, exitCode *int) (*kong.Context, *Globals, error) {
 	var g grammar
 	p, err := newParser(&g, env, exitCode)
 	if err != nil {
-		return nil, nil, fmt.Errorf("internal error: %w", err)
+		return nil, nil, &internalError{err}
 	}
 	kctx, err := p.Parse(env.Args)
 	return kctx, &g.Globals, err
 }
+
+// internalError is kong refusing hsbx's own grammar: a bug, not a usage error.
+type internalError struct{ err error }
+
+func (e *internalError) Error() string { return "internal error: " + e.err.Error() }
+func (e *internalError) Unwrap() error { return e.err }
 
 // mayBeExec: the arguments name exec and ask for no help or version
 // before a "--".
@@ -255,7 +261,8 @@ func Main(ctx context.Context, env Env) int {
 	if exitCode >= 0 { // --help or --version ran and asked to exit
 		return exitCode
 	}
-	if kctx == nil {
+	var ie *internalError
+	if errors.As(err, &ie) {
 		fmt.Fprintf(env.Stderr, "hsbx: %v\n", err)
 		return ExitError
 	}
