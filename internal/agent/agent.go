@@ -205,7 +205,9 @@ func (a *agent) start(id uint32, st wire.Start) {
 func (a *agent) pump(s *stream, f *os.File, t wire.Type) {
 	defer f.Close()
 	r := wire.Gather(f)
-	buf := make([]byte, wire.Chunk)
+	// Small until the output proves big: most commands print a few lines,
+	// and 16 of them at once should not hold 4 MiB of buffers.
+	buf := make([]byte, 4<<10)
 	for {
 		n, err := r.Read(buf)
 		for off := 0; off < n; {
@@ -220,6 +222,9 @@ func (a *agent) pump(s *stream, f *os.File, t wire.Type) {
 		}
 		if err != nil {
 			return
+		}
+		if n == len(buf) && len(buf) < wire.Chunk {
+			buf = make([]byte, wire.Chunk)
 		}
 	}
 }
