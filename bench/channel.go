@@ -24,7 +24,9 @@ import (
 )
 
 // plainEnv is e's environment with the exec channel turned off.
-func (e *engine) plainEnv() []string { return append(append([]string{}, e.env...), "HSBX_EXEC_CHANNEL=false") }
+func (e *engine) plainEnv() []string {
+	return append(append([]string{}, e.env...), "HSBX_EXEC_CHANNEL=false")
+}
 
 // channelUp waits (untimed) until task's sandbox says its channel is up.
 func channelUp(ctx context.Context, e *engine, task string) {
@@ -160,7 +162,9 @@ func bigOutput(ctx context.Context, e *engine, id string) row {
 	}
 	n := max(*runs/5, 2)
 	h, b := pair(ctx, e, n,
-		func() time.Duration { return timed(e.env, e.hsbx(append([]string{"exec", "--task", "warm", "--"}, argv...)...)) },
+		func() time.Duration {
+			return timed(e.env, e.hsbx(append([]string{"exec", "--task", "warm", "--"}, argv...)...))
+		},
 		func() time.Duration { return timed(os.Environ(), append([]string{e.bin, "exec", id}, argv...)) })
 	mbs := func(d time.Duration) float64 { return size / 1e6 / d.Seconds() }
 	return ratioRow(fmt.Sprintf("300 MB of stdout through the channel vs the raw exec (median of %d; %.0f vs %.0f MB/s)", n, mbs(h), mbs(b)),

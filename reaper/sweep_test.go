@@ -102,18 +102,19 @@ func TestSweepOnEveryEngine(t *testing.T) {
 // TestIdleSweepSparesALiveHolder: a running sandbox with a command in
 // flight is never idle-reaped, whether the sweep runs on the host that
 // started the command (its in-use lock) or on another host, another user or
-// a program with its own state dir (the engine's live exec sessions).
+// a program with its own state dir (the engine's live exec sessions), and
+// whether the command went through the exec channel's agent (whose exec
+// session is live while it serves) or the plain path.
 func TestIdleSweepSparesALiveHolder(t *testing.T) {
-	for _, otherHost := range []bool{false, true} {
-		name := "same-host"
-		if otherHost {
-			name = "other-host"
-		}
-		t.Run(name, func(t *testing.T) { idleSweepSparesBusy(t, otherHost) })
+	for _, c := range []struct {
+		name               string
+		otherHost, channel bool
+	}{{"same-host", false, false}, {"other-host", true, false}, {"other-host-channel", true, true}} {
+		t.Run(c.name, func(t *testing.T) { idleSweepSparesBusy(t, c.otherHost, c.channel) })
 	}
 }
 
-func idleSweepSparesBusy(t *testing.T, otherHost bool) {
+func idleSweepSparesBusy(t *testing.T, otherHost, viaChannel bool) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -121,7 +122,12 @@ func idleSweepSparesBusy(t *testing.T, otherHost bool) {
 			profile := fmt.Sprintf("hsbx-idletest-%d", time.Now().UnixNano()%1e9)
 			m, spec := managerFor(t, tg, rt)
 			idle := m.Sandbox(sandbox.Key{Profile: profile, Task: "idle"}, spec)
-			busy := m.Sandbox(sandbox.Key{Profile: profile, Task: "busy"}, spec)
+			busyM := m
+			if viaChannel {
+				busyM = sandbox.New(sandbox.Config{Runtime: rt, StateDir: tg.StateDir, CacheDir: t.TempDir(), Environ: tg.Env,
+					StopGrace: 2 * time.Second, Agent: enginetest.AgentBinary(t)})
+			}
+			busy := busyM.Sandbox(sandbox.Key{Profile: profile, Task: "busy"}, spec)
 			t.Cleanup(func() { idle.Down(context.Background()); busy.Down(context.Background()) })
 			idleRes, err := idle.Ensure(ctx)
 			if err != nil {
@@ -133,6 +139,17 @@ func idleSweepSparesBusy(t *testing.T, otherHost bool) {
 			}
 			execCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
+			if viaChannel {
+				// The channel opens on the first exec; then the command
+				// that is in flight during the sweep goes through it.
+				if code, err := busy.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); code != 0 || err != nil {
+					t.Fatalf("first exec: %d %v", code, err)
+				}
+				if st := busy.ChannelStatus(busyRes.ID); st != "up" {
+					t.Fatalf("channel %q, want up", st)
+				}
+				defer busy.Close(ctx)
+			}
 			go func() { busy.Exec(execCtx, sandbox.Command{Argv: []string{"sleep", "60"}}); close(done) }()
 			time.Sleep(1500 * time.Millisecond) // the exec runs by now
 

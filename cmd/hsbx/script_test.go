@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,6 +71,8 @@ func TestScripts(t *testing.T) {
 			"runproc":      runproc,
 			"client-gone":  clientGone,
 			"channel-up":   channelUp,
+			"kill-holder":  killHolder,
+			"rm-sockets":   rmSockets,
 		},
 	})
 }
@@ -329,4 +332,57 @@ func channelUp(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Logf("%s:\n%s", l, b)
 	}
 	ts.Fatalf("no holder answers under %s", dir)
+}
+
+// kill-holder SIGNAL: send SIGNAL (a number) to every exec channel holder
+// serving a socket under $XDG_RUNTIME_DIR/hsbx, and wait for it to end.
+func killHolder(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: kill-holder SIGNAL")
+	}
+	sig, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("kill-holder: %v", err)
+	}
+	dir := filepath.Join(ts.Getenv("XDG_RUNTIME_DIR"), "hsbx") + "/"
+	ents, _ := os.ReadDir("/proc")
+	var killed []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		args := strings.Split(string(b), "\x00")
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "--socket" && strings.HasPrefix(args[i+1], dir) && slices.Contains(args, "hold") {
+				ts.Check(syscall.Kill(pid, syscall.Signal(sig)))
+				killed = append(killed, pid)
+			}
+		}
+	}
+	if len(killed) == 0 {
+		ts.Fatalf("kill-holder: no holder under %s", dir)
+	}
+	for _, pid := range killed {
+		for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(b), ") Z ") {
+				break // a zombie: gone, its parent has not reaped it yet
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("holder %d still runs", pid)
+			}
+		}
+	}
+}
+
+// rm-sockets: delete every holder socket under $XDG_RUNTIME_DIR/hsbx.
+func rmSockets(ts *testscript.TestScript, neg bool, args []string) {
+	socks, _ := filepath.Glob(filepath.Join(ts.Getenv("XDG_RUNTIME_DIR"), "hsbx", "*.sock"))
+	if neg || len(args) != 0 || len(socks) == 0 {
+		ts.Fatalf("usage: rm-sockets (with a socket to remove)")
+	}
+	for _, s := range socks {
+		ts.Check(os.Remove(s))
+	}
 }

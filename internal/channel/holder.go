@@ -60,6 +60,9 @@ type Holder struct {
 	// Idle ends the holder after this long without a command.
 	Idle time.Duration
 	Log  *slog.Logger
+	// Path is the socket's file: when it is removed or replaced, nobody
+	// can reach this holder any more and it ends (a new one takes over).
+	Path string
 
 	active   atomic.Int64
 	lastUsed atomic.Int64 // unix nanoseconds
@@ -75,6 +78,10 @@ func (h *Holder) Serve(ctx context.Context) string {
 	}
 	h.stop = make(chan string, 1)
 	h.lastUsed.Store(time.Now().UnixNano())
+	var sock os.FileInfo
+	if h.Path != "" {
+		sock, _ = os.Stat(h.Path)
+	}
 	go h.accept(ctx)
 	tick := time.NewTicker(min(h.Idle/4+time.Millisecond, time.Second))
 	defer tick.Stop()
@@ -94,6 +101,13 @@ loop:
 			if h.active.Load() == 0 && time.Since(time.Unix(0, h.lastUsed.Load())) >= h.Idle {
 				why = fmt.Sprintf("idle for %s", h.Idle)
 				break loop
+			}
+			if sock != nil {
+				if now, err := os.Stat(h.Path); err != nil || !os.SameFile(sock, now) {
+					why = "its socket was removed or replaced"
+					h.Listener.SetUnlinkOnClose(false) // not ours any more
+					break loop
+				}
 			}
 		}
 	}

@@ -32,9 +32,22 @@ type HoldCmd struct {
 
 // Run implements the command.
 func (c *HoldCmd) Run(ctx context.Context, app *App) error {
-	release, ok, err := filelock.TryExclusive(c.Socket + ".lock")
-	if err != nil || !ok {
-		return err // another holder is starting or serving this socket
+	// Another holder may be starting, serving, or ending because its
+	// socket was removed (it notices within a second): wait that long.
+	var release func()
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		r, ok, err := filelock.TryExclusive(c.Socket + ".lock")
+		if err != nil {
+			return err
+		}
+		if ok {
+			release = r
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil // another holder serves this socket
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	defer release()
 	if channel.Alive(c.Socket, time.Second) {
@@ -63,7 +76,7 @@ func (c *HoldCmd) Run(ctx context.Context, app *App) error {
 	}
 	_ = os.Chmod(c.Socket, 0o600)
 	_ = os.Remove(c.Socket + ".unavailable")
-	h := &channel.Holder{Conn: conn, Listener: ln, Idle: c.Idle, Log: app.Log}
+	h := &channel.Holder{Conn: conn, Listener: ln, Idle: c.Idle, Log: app.Log, Path: c.Socket}
 	app.Log.Info("holder: serving", "socket", c.Socket, "id", c.ID, "agent", conn.Build())
 	why := h.Serve(ctx)
 	app.Log.Info("holder: exiting", "why", why)
