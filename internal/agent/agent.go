@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,10 @@ const drainAfterExit = time.Second
 
 // Serve runs the agent until r ends. build names this binary (Hello).
 func Serve(r io.Reader, w io.Writer, build string) error {
+	// Its live data is a few buffers per command: collect garbage at a
+	// quarter over it, not double, so it stays small (measured: 11 MiB
+	// resident after 1,000 commands at the default, against a 10 MiB aim).
+	debug.SetGCPercent(25)
 	a := &agent{w: wire.NewWriter(w), streams: map[uint32]*stream{}, env: os.Environ()}
 	if err := a.w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: build}); err != nil {
 		return err
