@@ -9,20 +9,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"reflect"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 
-	"github.com/hsbx/hsbx/internal/config"
+	"github.com/hsbx/hsbx"
+	"github.com/hsbx/hsbx/config"
 	"github.com/hsbx/hsbx/internal/environ"
-	"github.com/hsbx/hsbx/internal/proc"
-	"github.com/hsbx/hsbx/reaper"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
-	"github.com/hsbx/hsbx/runtime/enginecli"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
@@ -110,10 +107,9 @@ type App struct {
 	G      *Globals
 	Env    Env
 	Log    *slog.Logger
-	Runner *proc.Runner
 	Cfg    *config.Config
 
-	gate *reaper.Gate // the automatic sweep's once-per-window gate
+	client *hsbx.Client // opened on first use
 }
 
 // Getenv reads the process environment given to Main.
@@ -124,67 +120,50 @@ func (a *App) Getenv(key string) string {
 
 func (a *App) lookupEnv(key string) (string, bool) { return environ.Lookup(a.Env.Environ, key) }
 
-// xdgDir is $XDG_<kind>_HOME/hsbx, or ~/<fallback>/hsbx.
-func (a *App) xdgDir(env, fallback string) string {
-	if d := a.Getenv(env); d != "" {
-		return filepath.Join(d, "hsbx")
-	}
-	if h := a.Getenv("HOME"); h != "" {
-		return filepath.Join(h, fallback, "hsbx")
-	}
-	return ""
-}
-
-func (a *App) cacheDir() string { return a.xdgDir("XDG_CACHE_HOME", ".cache") }
-func (a *App) stateDir() string { return a.xdgDir("XDG_STATE_HOME", ".local/state") }
+func (a *App) cacheDir() string { return hsbx.DefaultCacheDir(a.Env.Environ) }
+func (a *App) stateDir() string { return hsbx.DefaultStateDir(a.Env.Environ) }
 
 // profile is the resolved profile.
 func (a *App) profile() string { return a.Cfg.Profile.Value }
 
-// detectOptions are the engine-finding options this invocation implies:
-// the runtime setting (flag, HSBX_RUNTIME, HERMES_DOCKER_BINARY or the
-// file) with its source, and the known install paths.
+// options are what the library's Open gets from this invocation: the
+// resolved configuration, the process's environment and directory, the
+// CLI's warnings and its exec channel holders.
+func (a *App) options() hsbx.Options {
+	return hsbx.Options{
+		Config: a.Cfg, Environ: a.Env.Environ, Cwd: a.Env.Cwd, Logger: a.Log,
+		StateDir: a.stateDir(), CacheDir: a.cacheDir(),
+		Warn:      func(s string) { fmt.Fprintf(a.Env.Stderr, "hsbx: warning: %s\n", s) },
+		Customize: a.channelConfig,
+	}
+}
+
+// detectOptions are the engine-finding options this invocation implies.
 func (a *App) detectOptions() detect.Options {
-	o := detect.Options{
-		LookPath: func(name string) (string, error) { return proc.LookPathIn(name, a.Getenv("PATH")) },
-		CacheDir: a.cacheDir(),
-		Engine:   enginecli.Options{Runner: a.Runner, Env: a.Env.Environ, Timeout: a.Cfg.EngineTimeout.Value},
-		Known:    a.Cfg.KnownPaths.Value,
-	}
-	if rt := a.Cfg.Runtime; rt.Value != "auto" {
-		o.Runtime, o.RuntimeSource = rt.Value, rt.Source
-	}
+	o, _ := hsbx.DetectOptions(a.options()) // the configuration is loaded: no error
 	return o
 }
 
-// manager opens the engine and returns a sandbox manager for it.
-func (a *App) manager(ctx context.Context) (*sandbox.Manager, error) {
-	rt, _, err := detect.Open(ctx, a.detectOptions())
+// open opens the engine (once per process) as the library does.
+func (a *App) open(ctx context.Context) (*hsbx.Client, error) {
+	if a.client != nil {
+		return a.client, nil
+	}
+	c, err := hsbx.Open(ctx, a.options())
 	if err != nil {
 		return nil, err
 	}
-	if a.gate == nil {
-		a.gate = &reaper.Gate{StateDir: a.stateDir(), Window: a.Cfg.Reaper.Lifetime.Value}
-	}
-	var m *sandbox.Manager
-	cfg := sandbox.Config{
-		Runtime: rt, Logger: a.Log, StateDir: a.stateDir(), CacheDir: a.cacheDir(),
-		Environ: a.Env.Environ, Cwd: a.Env.Cwd, UID: os.Getuid(), GID: os.Getgid(),
-		Warn:        func(s string) { fmt.Fprintf(a.Env.Stderr, "hsbx: warning: %s\n", s) },
-		OnColdStart: func(ctx context.Context) { a.autoSweep(m)(ctx) },
-	}
-	a.channelConfig(&cfg)
-	m = sandbox.New(cfg)
-	return m, nil
+	a.client = c
+	return c, nil
 }
 
 // sandbox returns the handle for the task setting's sandbox.
 func (a *App) sandbox(ctx context.Context) (*sandbox.Sandbox, error) {
-	m, err := a.manager(ctx)
+	c, err := a.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return m.Sandbox(a.Cfg.Key(), a.Cfg.Spec()), nil
+	return c.Sandbox(""), nil
 }
 
 // execGrammar is the command line of exec alone: the same types, a
@@ -298,7 +277,6 @@ func Main(ctx context.Context, env Env) int {
 		}
 	}
 	app.Log = newLogger(logTo, app.Cfg.LogLevel.Value)
-	app.Runner = &proc.Runner{Log: app.Log}
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	if err := kctx.Run(app); err != nil {
 		return report(ctx, env.Stderr, err)

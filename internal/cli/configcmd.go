@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/hsbx/hsbx/internal/config"
+	"github.com/hsbx/hsbx/config"
 )
 
 // ConfigCmd prints the effective configuration.

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/hsbx/hsbx/internal/config"
+	"github.com/hsbx/hsbx/config"
 	"github.com/hsbx/hsbx/sandbox"
 )
 

@@ -87,6 +87,7 @@ func (c *HoldCmd) Run(ctx context.Context, app *App) error {
 // agent, holders live under $XDG_RUNTIME_DIR/hsbx (or a 0700 directory of
 // this user under the temp dir), and a plain exec starts one.
 func (a *App) channelConfig(c *sandbox.Config) {
+	c.Agent, c.HolderDir, c.StartHolder = "", "", nil
 	if !a.Cfg.ExecChannel.Value || goruntime.GOOS != "linux" {
 		return
 	}

@@ -17,11 +17,11 @@ type LsCmd struct {
 
 // Run implements the command.
 func (c *LsCmd) Run(ctx context.Context, app *App) error {
-	m, err := app.manager(ctx)
+	cl, err := app.open(ctx)
 	if err != nil {
 		return err
 	}
-	ls, err := m.List(ctx, app.Cfg.Scope(), c.AllProfiles)
+	ls, err := cl.Manager().List(ctx, app.Cfg.Scope(), c.AllProfiles)
 	if err != nil {
 		return err
 	}

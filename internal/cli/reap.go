@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/config"
-	"github.com/hsbx/hsbx/reaper"
-	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/config"
 )
 
 // ReapCmd removes sandboxes that crashed or abandoned processes left behind.
@@ -25,18 +23,16 @@ func (c *ReapCmd) settingFlags() []config.Flag {
 
 // Run implements the command: a constant number of engine calls.
 func (c *ReapCmd) Run(ctx context.Context, app *App) error {
-	m, err := app.manager(ctx)
+	cl, err := app.open(ctx)
 	if err != nil {
 		return err
 	}
-	maxAge := c.MaxAge
-	if maxAge <= 0 {
-		maxAge = reaper.MaxAge(app.Cfg.Reaper.Lifetime.Value)
+	o := cl.ReapOptions()
+	o.AllProfiles = c.AllProfiles
+	if c.MaxAge > 0 {
+		o.MaxAge = c.MaxAge
 	}
-	rep, err := app.sweeper(m).Sweep(ctx, reaper.Options{
-		Profile: app.profile(), Shared: app.Cfg.Sandbox.SharedContainerKey.Value, AllProfiles: c.AllProfiles, MaxAge: maxAge,
-		Idle: app.Cfg.Reaper.IdleAfter.Value, Now: time.Now(),
-	}, c.DryRun)
+	rep, err := cl.Sweeper().Sweep(ctx, o, c.DryRun)
 	if err != nil {
 		return err
 	}
@@ -61,35 +57,4 @@ func (c *ReapCmd) Run(ctx context.Context, app *App) error {
 		return &exitError{code: ExitError}
 	}
 	return nil
-}
-
-func (a *App) sweeper(m *sandbox.Manager) *reaper.Sweeper {
-	return &reaper.Sweeper{RT: m.Runtime(), StateDir: a.stateDir(), Log: a.Log, StopGrace: 10 * time.Second}
-}
-
-// autoSweep is the sweep `up` and `exec` run when they had to create or
-// start a sandbox: at most once per process and per reaper.lifetime window
-// per profile on this host, disabled by reaper.orphan_reaper = false. Its
-// failures are logged, never the command's.
-func (a *App) autoSweep(m *sandbox.Manager) func(context.Context) {
-	return func(ctx context.Context) {
-		if !a.Cfg.Reaper.OrphanReaper.Value {
-			return
-		}
-		lifetime := a.Cfg.Reaper.Lifetime.Value
-		ran, err := a.gate.Maybe(ctx, a.profile(), func(ctx context.Context) error {
-			rep, err := a.sweeper(m).Sweep(ctx, reaper.Options{
-				Profile: a.profile(), Shared: a.Cfg.Sandbox.SharedContainerKey.Value, MaxAge: reaper.MaxAge(lifetime), Idle: a.Cfg.Reaper.IdleAfter.Value, Now: time.Now(),
-			}, false)
-			for _, r := range rep.Removed {
-				a.Log.Info("reaped orphan sandbox", "id", r.ID, "task", r.Task, "reason", r.Reason, "age_seconds", r.AgeSeconds)
-			}
-			return err
-		})
-		if err != nil {
-			a.Log.Debug("orphan sweep failed (ignored)", "error", err)
-		} else if ran {
-			a.Log.Debug("orphan sweep ran", "profile", a.profile())
-		}
-	}
 }

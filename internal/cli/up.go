@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/hsbx/hsbx/internal/config"
+	"github.com/hsbx/hsbx/config"
 )
 
 // taskFlag is the --task every sandbox command takes.

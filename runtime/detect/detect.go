@@ -178,7 +178,7 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 	}
 	runner := o.Engine.Runner
 	if runner == nil {
-		runner = &proc.Runner{}
+		runner = &proc.Runner{Log: o.Engine.Logger}
 	}
 	argv := []string{path, "--version"}
 	res, err := runner.Run(ctx, proc.Cmd{Argv: argv, Env: o.Engine.Env, Timeout: 15 * time.Second})

@@ -185,7 +185,7 @@ type Flag struct {
 type Options struct {
 	// File is --config / HSBX_CONFIG ("" = the default path).
 	File string
-	// Getenv reads the environment.
+	// Getenv reads the environment; nil means the process environment.
 	Getenv func(string) (string, bool)
 	// Flags are the settings given on the command line.
 	Flags []Flag
@@ -234,7 +234,7 @@ func DefaultPath(getenv func(string) (string, bool)) string {
 // and the flags, each level overriding the one before.
 func Load(o Options) (*Config, error) {
 	if o.Getenv == nil {
-		o.Getenv = func(string) (string, bool) { return "", false }
+		o.Getenv = os.LookupEnv
 	}
 	c := &Config{Settings: Defaults()}
 	fields := c.fields()
