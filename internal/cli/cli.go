@@ -104,10 +104,10 @@ type Env struct {
 // App is handed to every command's Run method, with the context (which a
 // signal cancels).
 type App struct {
-	G      *Globals
-	Env    Env
-	Log    *slog.Logger
-	Cfg    *config.Config
+	G   *Globals
+	Env Env
+	Log *slog.Logger
+	Cfg *config.Config
 
 	client *hsbx.Client // opened on first use
 }
