@@ -33,6 +33,9 @@ var (
 	ErrTimeout = errors.New("engine call timed out")
 	// ErrBadOutput: the engine printed something hsbx cannot parse.
 	ErrBadOutput = errors.New("unexpected engine output")
+	// ErrNoSuchPath: a copy named a path that does not exist in the
+	// container.
+	ErrNoSuchPath = errors.New("no such file or directory in the container")
 	// ErrEngine: any other failure reported by the engine.
 	ErrEngine = errors.New("engine error")
 )

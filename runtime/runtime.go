@@ -184,6 +184,16 @@ type Runtime interface {
 	// (`cp - ID:dir`), running or stopped. It cannot reach a tmpfs mount:
 	// the engine writes beneath it.
 	CopyIn(ctx context.Context, id, dir string, archive io.Reader) error
+	// CopyOut writes a tar archive of path src of container id to w (`cp
+	// ID:src -`), running or stopped.
+	CopyOut(ctx context.Context, id, src string, w io.Writer) error
+	// CopyTo copies host file or directory src to dst in container id
+	// (`cp -- src ID:dst`, the engine's semantics: into dst when dst is an
+	// existing directory), running or stopped; the engine streams it.
+	CopyTo(ctx context.Context, id, src, dst string) error
+	// CopyFrom copies src of container id to host path dst (`cp --
+	// ID:src dst`).
+	CopyFrom(ctx context.Context, id, src, dst string) error
 	// Version reports client and server versions.
 	Version(ctx context.Context) (Version, error)
 	// Info reports the engine's host facts; it fails with ErrUnreachable

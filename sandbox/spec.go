@@ -405,3 +405,27 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 		Image: s.Image, Cmd: []string{"sleep", "infinity"},
 	}, warnings, nil
 }
+
+// MemoryMounts are the sandbox paths this spec mounts as tmpfs: /tmp,
+// /var/tmp and /run always, /workspace and /root when not persistent, and
+// any --tmpfs in extra_args.
+func (s Spec) MemoryMounts() []string {
+	ms := []string{"/tmp", "/var/tmp", "/run"}
+	if !s.Persistent {
+		if !s.MountCwdToWorkspace {
+			ms = append(ms, "/workspace")
+		}
+		ms = append(ms, "/root")
+	}
+	for i, a := range s.ExtraArgs {
+		v, ok := strings.CutPrefix(a, "--tmpfs=")
+		if !ok && a == "--tmpfs" && i+1 < len(s.ExtraArgs) {
+			v, ok = s.ExtraArgs[i+1], true
+		}
+		if ok {
+			m, _, _ := strings.Cut(v, ":")
+			ms = append(ms, path.Clean("/"+m))
+		}
+	}
+	return ms
+}

@@ -78,6 +78,13 @@ if [ "$dialect" = docker ]; then
 else
   cap exec_words_notfound exec cap-run sh -c 'echo run; echo "Error: no container with name or ID x found: no such container" >&2; exit 125'
 fi
+# Copies: a missing path in the container, out and in (its parent), and a
+# tar stream into a directory that does not exist.
+cap cp_out_missing cp -- cap-run:/nonexist/file "$out/.cp-dst"
+cap cp_out_missing_stream cp cap-run:/nonexist/file -
+cap cp_in_missing_parent cp -- /etc/passwd cap-run:/nonexist/dir/file
+cap cp_in_stream_missing_dir cp - cap-run:/nonexist </dev/null
+rm -rf "$out/.cp-dst"
 # A live exec session shows in inspect's ExecIDs (null / [] when none).
 "$bin" exec cap-run sleep 3 >/dev/null 2>&1 &
 sleep 1.5

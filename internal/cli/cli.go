@@ -81,6 +81,7 @@ type grammar struct {
 	Shell      ShellCmd   `cmd:"" help:"Open an interactive login shell in the task's sandbox."`
 	Stop       StopCmd    `cmd:"" help:"Stop the task's sandbox, keeping its filesystem."`
 	Down       DownCmd    `cmd:"" help:"Stop and remove the task's sandbox."`
+	Cp         CpCmd      `cmd:"" help:"Copy files between the host and the task's sandbox (:PATH names the sandbox side)."`
 	Ls         LsCmd      `cmd:"" help:"List sandboxes."`
 	Reap       ReapCmd    `cmd:"" help:"Remove sandboxes that crashed or abandoned processes left behind (never running or foreign ones)."`
 	ConfigCmd  ConfigCmd  `cmd:"" name:"config" help:"Show the effective configuration and where each value comes from."`
@@ -358,8 +359,11 @@ func exitCode(ctx context.Context, err error) int {
 		return 130
 	}
 	var bs *sandbox.SpecError
-	if errors.As(err, &bs) {
+	if errors.As(err, &bs) || errors.Is(err, sandbox.ErrMemoryPath) {
 		return ExitUsage
+	}
+	if errors.Is(err, runtime.ErrNoSuchPath) || errors.Is(err, sandbox.ErrNoSandbox) {
+		return ExitError
 	}
 	for _, engine := range []error{runtime.ErrBinaryNotFound, runtime.ErrUnsupported, runtime.ErrUnreachable, runtime.ErrNetworkSetup,
 		runtime.ErrTimeout, runtime.ErrEngine, runtime.ErrBadOutput, runtime.ErrNotFound, runtime.ErrNameInUse,

@@ -197,6 +197,10 @@ func TestCapturedClassify(t *testing.T) {
 		{"exec_exit125", enginecli.OpExec, nil},
 		{"exec_exit1", enginecli.OpExec, nil},
 		{"exec_bad_workdir", enginecli.OpExec, nil},
+		{"cp_out_missing", enginecli.OpCopy, runtime.ErrNoSuchPath},
+		{"cp_out_missing_stream", enginecli.OpCopy, runtime.ErrNoSuchPath},
+		{"cp_in_missing_parent", enginecli.OpCopy, runtime.ErrNoSuchPath},
+		{"cp_in_stream_missing_dir", enginecli.OpCopy, nil},
 		{"down_ps", enginecli.OpPS, runtime.ErrUnreachable},
 		{"down_run", enginecli.OpRun, runtime.ErrUnreachable},
 		{"down_exec", enginecli.OpExec, runtime.ErrUnreachable},
@@ -217,6 +221,14 @@ func TestCapturedClassify(t *testing.T) {
 					t.Errorf("Classify(%s, %d, %q) = %v, want %v", tc.op, c.exit, c.stderr, got, tc.want)
 				}
 			})
+		}
+		// The docker client's own words for a missing path (seen from the
+		// 28.2 client against a hardened sandbox; not reproduced here).
+		if _, ok := d.(docker.Dialect); ok {
+			msg := "Error: No such container:path: f05d61301c23:/workspace/nonexistent"
+			if got := d.Classify(enginecli.OpCopy, 1, msg); !errors.Is(got, runtime.ErrNoSuchPath) {
+				t.Errorf("Classify(cp, %q) = %v, want ErrNoSuchPath", msg, got)
+			}
 		}
 		// exec on a paused container: docker says paused, rootful podman says
 		// not running; rootless podman on cgroup v1 cannot pause at all.

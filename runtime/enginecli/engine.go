@@ -457,11 +457,35 @@ func (e *Engine) InspectImage(ctx context.Context, ref string) (runtime.Image, e
 	return img, nil
 }
 
+// CopyTimeout is how long a copy may take, in engine timeouts: copies
+// carry data, so they get ten times an engine call's bound.
+const CopyTimeout = 10
+
 // CopyIn implements runtime.Runtime: the archive streams through the
-// client's stdin. It gets the bound of run (four engine calls' time).
+// client's stdin.
 func (e *Engine) CopyIn(ctx context.Context, id, dir string, archive io.Reader) error {
-	argv := []string{e.bin, "cp", "-", id + ":" + dir}
-	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(nil), Stdin: archive, Timeout: 4 * e.timeout})
+	return e.copy(ctx, []string{"-", id + ":" + dir}, archive, nil)
+}
+
+// CopyOut implements runtime.Runtime: the archive streams from the
+// client's stdout.
+func (e *Engine) CopyOut(ctx context.Context, id, src string, w io.Writer) error {
+	return e.copy(ctx, []string{id + ":" + src, "-"}, nil, w)
+}
+
+// CopyTo implements runtime.Runtime.
+func (e *Engine) CopyTo(ctx context.Context, id, src, dst string) error {
+	return e.copy(ctx, []string{"--", src, id + ":" + dst}, nil, nil)
+}
+
+// CopyFrom implements runtime.Runtime.
+func (e *Engine) CopyFrom(ctx context.Context, id, src, dst string) error {
+	return e.copy(ctx, []string{"--", id + ":" + src, dst}, nil, nil)
+}
+
+func (e *Engine) copy(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	argv := append([]string{e.bin, "cp"}, args...)
+	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(nil), Stdin: stdin, Stdout: stdout, Timeout: CopyTimeout * e.timeout})
 	if err != nil {
 		return e.runError(argv, err)
 	}

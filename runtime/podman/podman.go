@@ -135,6 +135,7 @@ var rules = []enginecli.Rule{
 	{Fragment: "pasta failed", Kind: runtime.ErrNetworkSetup},
 	{Fragment: "cannot connect to podman", Kind: runtime.ErrUnreachable},
 	{Fragment: "unable to connect to podman socket", Kind: runtime.ErrUnreachable},
+	{Fragment: "could not be found on container", Kind: runtime.ErrNoSuchPath}, // cp (4.3)
 	{Fragment: "no such container", Kind: runtime.ErrNotFound},
 	{Fragment: "no container with name or id", Kind: runtime.ErrNotFound},
 	{Fragment: "already in use", Kind: runtime.ErrNameInUse},

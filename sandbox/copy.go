@@ -1,0 +1,140 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// Copies move files between the host and the sandbox through the engine's
+// own `cp`, which streams them (nothing is held in memory) and works on a
+// running or a stopped sandbox. Sandbox paths are absolute; a relative one
+// is taken from / (the engine's convention). The engine's semantics apply:
+// copying to an existing directory puts the source inside it, "SRC/."
+// copies a directory's contents, and owners inside the sandbox become the
+// sandbox's root.
+
+// ErrNoSandbox is a copy out of a task that has no sandbox.
+var ErrNoSandbox = errors.New("no sandbox for this task")
+
+// ErrMemoryPath is a copy to or from a memory-backed (tmpfs) mount, which
+// the engine's cp cannot reach: docker reads and writes the image layer
+// beneath the mount (measured on 20.10: a copied file is invisible to
+// commands), and a stopped sandbox's tmpfs holds nothing. Podman reaches
+// the mount of a running sandbox, so only docker, and stopped sandboxes,
+// refuse.
+var ErrMemoryPath = errors.New("memory-backed (tmpfs) path: the engine's cp cannot reach it")
+
+// CopyIn copies host file or directory src into the sandbox at dst. When
+// the task has no sandbox yet it is created first, so a program can upload
+// its inputs before the first command.
+func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
+	if _, err := os.Lstat(src); err != nil {
+		return fmt.Errorf("copying %s into sandbox %s: %w", src, s.name, err)
+	}
+	dst = sandboxPath(dst)
+	return s.copying(ctx, true, dst, func(id string) error {
+		return s.rt().CopyTo(ctx, id, src, dst)
+	})
+}
+
+// CopyOut copies file or directory src of the sandbox to host path dst.
+func (s *Sandbox) CopyOut(ctx context.Context, src, dst string) error {
+	src = sandboxPath(src)
+	return s.copying(ctx, false, src, func(id string) error {
+		return s.rt().CopyFrom(ctx, id, src, dst)
+	})
+}
+
+// CopyInArchive extracts the tar archive read from r into directory dir of
+// the sandbox (created first when there is none), as it streams.
+func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) error {
+	dir = sandboxPath(dir)
+	return s.copying(ctx, true, dir, func(id string) error {
+		return s.rt().CopyIn(ctx, id, dir, r)
+	})
+}
+
+// CopyOutArchive writes a tar archive of src in the sandbox to w as it
+// streams (the engine's `cp ID:SRC -`: one entry named after src's base).
+func (s *Sandbox) CopyOutArchive(ctx context.Context, src string, w io.Writer) error {
+	src = sandboxPath(src)
+	return s.copying(ctx, false, src, func(id string) error {
+		return s.rt().CopyOut(ctx, id, src, w)
+	})
+}
+
+// copying finds the sandbox (verified by labels, in any state; created
+// when create is set and there is none), refuses a path the engine's cp
+// cannot reach, and runs do with its id while marking it in use.
+func (s *Sandbox) copying(ctx context.Context, create bool, p string, do func(id string) error) error {
+	c, err := s.copyTarget(ctx, create)
+	if err != nil {
+		return err
+	}
+	if m, ok := s.memoryMount(p); ok && (s.rt().Dialect() == runtime.Docker || c.State != runtime.StateRunning) {
+		return fmt.Errorf("%w: %s is under %s in sandbox %s; copy through a persistent path such as /workspace, or stream it with `hsbx exec -i -- sh -c 'cat > FILE'`",
+			ErrMemoryPath, p, m, s.name)
+	}
+	release := s.markInUse()
+	defer release()
+	if err := do(c.ID); err != nil {
+		return fmt.Errorf("copying %s in sandbox %s: %w", p, s.name, err)
+	}
+	return nil
+}
+
+// copyTarget is the key's container as the engine reports it now.
+func (s *Sandbox) copyTarget(ctx context.Context, create bool) (runtime.Container, error) {
+	if id := s.warmTarget(); id != "" {
+		cur, err := s.inspectOwn(ctx, id)
+		if err != nil {
+			return runtime.Container{}, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
+		}
+		if cur != nil {
+			return *cur, nil
+		}
+		s.forget(id)
+	}
+	if !s.ephemeral {
+		c, found, err := s.probe(ctx)
+		if err != nil || found {
+			return c, err
+		}
+	}
+	if !create {
+		return runtime.Container{}, fmt.Errorf("%w: task %q of profile %q has none (`hsbx up` makes it)", ErrNoSandbox, s.key.Task, s.key.Profile)
+	}
+	res, err := s.Ensure(ctx)
+	if err != nil {
+		return runtime.Container{}, err
+	}
+	return runtime.Container{ID: res.ID, Name: res.Name, State: res.State}, nil
+}
+
+// sandboxPath makes a sandbox path absolute, from / as the engines do,
+// keeping what cp reads from its spelling (a trailing "/" or "/.").
+func sandboxPath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return "/" + p
+	}
+	return p
+}
+
+// memoryMount reports the tmpfs mount p is under, if any: the hardening
+// mounts, /workspace and /root when not persistent, and extra_args'.
+func (s *Sandbox) memoryMount(p string) (string, bool) {
+	clean := path.Clean(p)
+	for _, m := range s.spec.MemoryMounts() {
+		if clean == m || strings.HasPrefix(clean, m+"/") {
+			return m, true
+		}
+	}
+	return "", false
+}

@@ -1,0 +1,261 @@
+package sandbox_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// hostDir is a directory the engine's user can read and write (the
+// rootless engine's user cannot enter root's temp dirs).
+func (e *env) hostDir(name string) string {
+	d := filepath.Join(e.tg.StateDir, name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if e.tg.Rootless {
+		var uid, gid int
+		fmt.Sscanf(os.Getenv("HSBX_IT_ROOTLESS_UID")+":"+os.Getenv("HSBX_IT_ROOTLESS_GID"), "%d:%d", &uid, &gid)
+		if err := os.Chown(d, uid, gid); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// bigFile writes n bytes that do not compress, returning their sha256.
+func bigFile(t *testing.T, p string, n int) [32]byte {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	block := make([]byte, 1<<20)
+	r := rand.New(rand.NewPCG(1, 2))
+	h := sha256.New()
+	for written := 0; written < n; written += len(block) {
+		for i := 0; i < len(block); i += 8 {
+			v := r.Uint64()
+			for j := 0; j < 8; j++ {
+				block[i+j] = byte(v >> (8 * j))
+			}
+		}
+		b := block[:min(len(block), n-written)]
+		f.Write(b)
+		h.Write(b)
+	}
+	return [32]byte(h.Sum(nil))
+}
+
+func fileSum(t *testing.T, p string) [32]byte {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	io.Copy(h, f)
+	return [32]byte(h.Sum(nil))
+}
+
+// tree makes a directory tree with awkward names and returns its files
+// relative to root, with contents.
+func tree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	files := map[string]string{
+		"a.txt":                   "alpha\n",
+		"sub/b, with=comma.txt":   "beta\n",
+		"sub/deeper/c":            strings.Repeat("gamma\n", 1000),
+		"sub/deeper/ünïcode name": "delta\n",
+		".hidden":                 "",
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Join(root, "empty"), 0o755)
+	return files
+}
+
+func readTree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			b, _ := os.ReadFile(p)
+			rel, _ := filepath.Rel(root, p)
+			got[filepath.ToSlash(rel)] = string(b)
+		}
+		return nil
+	})
+	return got
+}
+
+// Copy in and out: a 200 MB file and a directory tree, into a running and
+// a stopped sandbox, as paths and as tar streams, on every engine; a stopped
+// sandbox stays stopped.
+func TestCopyInAndOut(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb := e.manager().Sandbox(e.key("copy"), e.spec())
+		t.Cleanup(func() { sb.Down(ctx) })
+		in, out := e.hostDir("in"), e.hostDir("out")
+		const size = 200 << 20
+		sum := bigFile(t, filepath.Join(in, "big.bin"), size)
+		files := tree(t, filepath.Join(in, "tree"))
+
+		// The rootless engine's container root cannot write the per-key
+		// /workspace these tests (running as host root) make; a rootless
+		// user's own hsbx makes it theirs. Its image layer is writable.
+		ws := "/workspace"
+		if e.tg.Rootless {
+			ws = "/var"
+		}
+
+		// Copying in creates the sandbox.
+		if err := sb.CopyIn(ctx, filepath.Join(in, "big.bin"), ws+"/"); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.CopyIn(ctx, filepath.Join(in, "tree"), ws+"/"); err != nil {
+			t.Fatal(err)
+		}
+		if !e.tg.Fake { // the fake's exec runs on the host: only cp sees its files
+			got, err := sb.Output(ctx, "sh", "-c", "wc -c < $0/big.bin; cat $0/tree/sub/deeper/c | wc -l; ls -A $0/tree", ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("%d\n1000\n.hidden\na.txt\nempty\nsub\n", size); strings.Join(strings.Fields(string(got)), "\n")+"\n" != want {
+				t.Errorf("in the sandbox:\n%s\nwant\n%s", got, want)
+			}
+		}
+		if err := sb.CopyOut(ctx, ws+"/big.bin", filepath.Join(out, "big.bin")); err != nil {
+			t.Fatal(err)
+		}
+		if fileSum(t, filepath.Join(out, "big.bin")) != sum {
+			t.Error("the 200 MB file came back different")
+		}
+
+		// Stopped: copies work and leave it stopped.
+		if _, err := sb.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.CopyIn(ctx, filepath.Join(in, "tree", "a.txt"), ws+"/stopped.txt"); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.CopyOut(ctx, ws+"/tree", filepath.Join(out, "tree")); err != nil {
+			t.Fatal(err)
+		}
+		if got := readTree(t, filepath.Join(out, "tree")); !maps.Equal(got, files) {
+			t.Errorf("tree out of a stopped sandbox:\n%v\nwant\n%v", got, files)
+		}
+		if _, err := os.Stat(filepath.Join(out, "tree", "empty")); err != nil {
+			t.Errorf("the empty directory did not come back: %v", err)
+		}
+		var arch bytes.Buffer
+		if err := sb.CopyOutArchive(ctx, ws+"/stopped.txt", &arch); err != nil {
+			t.Fatal(err)
+		}
+		if names, contents := untar(t, &arch); !slices.Equal(names, []string{"stopped.txt"}) || contents["stopped.txt"] != "alpha\n" {
+			t.Errorf("archive of the file copied into the stopped sandbox: %v %q", names, contents)
+		}
+		if st := state(t, e, sb); st == runtime.StateRunning {
+			t.Errorf("copies started the stopped sandbox (state %s)", st)
+		}
+
+		// A tar stream in, into a running sandbox.
+		if _, err := sb.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var tb bytes.Buffer
+		tw := tar.NewWriter(&tb)
+		tw.WriteHeader(&tar.Header{Name: "streamed/x=1,2.txt", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg})
+		tw.Write([]byte("xyz"))
+		tw.Close()
+		if err := sb.CopyInArchive(ctx, ws, &tb); err != nil {
+			t.Fatal(err)
+		}
+		arch.Reset()
+		if err := sb.CopyOutArchive(ctx, ws+"/streamed", &arch); err != nil {
+			t.Fatal(err)
+		}
+		if _, contents := untar(t, &arch); contents["streamed/x=1,2.txt"] != "xyz" {
+			t.Errorf("streamed file: %q", contents)
+		}
+
+		// Errors name the cause.
+		if err := sb.CopyOut(ctx, ws+"/nonexistent", filepath.Join(out, "x")); !errors.Is(err, runtime.ErrNoSuchPath) {
+			t.Errorf("copying out a missing path: %v, want ErrNoSuchPath", err)
+		}
+		if err := sb.CopyIn(ctx, filepath.Join(in, "nonexistent"), ws+"/"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("copying in a missing host path: %v, want ErrNotExist", err)
+		}
+		e.log.reset()
+		err := sb.CopyIn(ctx, filepath.Join(in, "tree", "a.txt"), "/tmp/a.txt")
+		if e.rt.Dialect() == runtime.Docker && !errors.Is(err, sandbox.ErrMemoryPath) {
+			t.Errorf("copying into /tmp on docker: %v, want ErrMemoryPath", err)
+		}
+		if e.rt.Dialect() == runtime.Podman && err != nil {
+			t.Errorf("copying into /tmp of a running sandbox on podman: %v", err)
+		}
+		if e.rt.Dialect() == runtime.Docker && slices.ContainsFunc(e.log.all(), func(l string) bool { return strings.Contains(l, " cp ") }) {
+			t.Errorf("a refused copy ran the engine's cp:\n%s", strings.Join(e.log.all(), "\n"))
+		}
+
+		none := e.manager().Sandbox(e.key("copy-none"), e.spec())
+		if err := none.CopyOut(ctx, "/workspace", out); !errors.Is(err, sandbox.ErrNoSandbox) {
+			t.Errorf("copying out of a task without a sandbox: %v, want ErrNoSandbox", err)
+		}
+		if ls, _ := e.manager().List(ctx, e.key("copy-none").Scope(), false); slices.ContainsFunc(ls, func(l sandbox.Listing) bool { return l.Task == e.key("copy-none").Task }) {
+			t.Error("copying out of a task without a sandbox made one")
+		}
+	})
+}
+
+func state(t *testing.T, e *env, sb *sandbox.Sandbox) runtime.State {
+	t.Helper()
+	cs, err := e.rt.List(context.Background(), runtime.ListOptions{Labels: sb.Key().Filters()})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("listing the sandbox: %v %v", cs, err)
+	}
+	return cs[0].State
+}
+
+func untar(t *testing.T, r io.Reader) ([]string, map[string]string) {
+	t.Helper()
+	var names []string
+	contents := map[string]string{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names, contents
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, strings.TrimSuffix(h.Name, "/"))
+		if h.Typeflag == tar.TypeReg {
+			b, _ := io.ReadAll(tr)
+			contents[h.Name] = string(b)
+		}
+	}
+}
