@@ -150,7 +150,7 @@ var rules = []enginecli.Rule{
 	{Fragment: "error during connect", Kind: runtime.ErrUnreachable},
 	{Fragment: "permission denied while trying to connect to the docker daemon", Kind: runtime.ErrUnreachable},
 	{Fragment: "could not find the file", Kind: runtime.ErrNoSuchPath}, // cp (20.10)
-	{Fragment: "no such container:path", Kind: runtime.ErrNoSuchPath}, // cp, the client's words for the same (28.2 client)
+	{Fragment: "no such container:path", Kind: runtime.ErrNoSuchPath},  // cp, the client's words for the same (28.2 client)
 	{Fragment: "no such container", Kind: runtime.ErrNotFound},
 	{Fragment: "is already in use by container", Kind: runtime.ErrNameInUse},
 	{Fragment: "is paused, unpause the container", Kind: runtime.ErrPaused},
