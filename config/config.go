@@ -278,7 +278,7 @@ func Load(o Options) (*Config, error) {
 			return nil, &Error{Source: "flag " + fl.Name, Msg: err.Error()}
 		}
 	}
-	return c, c.validate()
+	return c, c.Validate()
 }
 
 func unwrapPath(err error) error {
@@ -431,9 +431,11 @@ func keyLines(text string) map[string]int {
 	return lines
 }
 
-// validate checks cross-field rules and values the sandbox would reject,
-// so every configuration error surfaces before any engine call.
-func (c *Config) validate() error {
+// Validate checks cross-field rules and values the sandbox would reject,
+// so every configuration error surfaces before any engine call. Load runs
+// it; a program that changes settings afterwards (set Value, and Source to
+// say who did) runs it again.
+func (c *Config) Validate() error {
 	if err := c.Spec().Validate(); err != nil {
 		var bs *sandbox.SpecError
 		if errors.As(err, &bs) {

@@ -1,6 +1,7 @@
 package fakebin
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -114,6 +115,34 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 				return 141, true // killed by SIGPIPE, as the real yes is
 			}
 		}
+	case "seq": // seq LAST | seq FIRST LAST
+		first, last := 1, 0
+		var err error
+		switch len(cmd) {
+		case 2:
+			last, err = strconv.Atoi(cmd[1])
+		case 3:
+			if first, err = strconv.Atoi(cmd[1]); err == nil {
+				last, err = strconv.Atoi(cmd[2])
+			}
+		default:
+			err = fmt.Errorf("usage: seq [FIRST] LAST")
+		}
+		if err != nil {
+			fmt.Fprintf(s.stderr, "seq: %v\n", err)
+			return 1, false
+		}
+		w := bufio.NewWriterSize(out, 64<<10)
+		for i := first; i <= last; i++ {
+			w.WriteString(strconv.Itoa(i))
+			if err := w.WriteByte('\n'); err != nil {
+				return 141, true
+			}
+		}
+		if w.Flush() != nil {
+			return 141, true
+		}
+		return 0, false
 	case "hostname":
 		fmt.Fprintln(out, s.c.ID[:12])
 		return 0, false
@@ -303,4 +332,4 @@ func (s *miniShell) ps(out io.Writer) int {
 
 // builtins are the programs the fake image has (busybox-like: no bash).
 var builtins = map[string]bool{"true": true, "false": true, "echo": true, "cat": true, "env": true,
-	"printenv": true, "pwd": true, "hostname": true, "id": true, "sleep": true, "sh": true, "ps": true, "yes": true}
+	"printenv": true, "pwd": true, "hostname": true, "id": true, "sleep": true, "sh": true, "ps": true, "yes": true, "seq": true}
