@@ -14,6 +14,7 @@ package hsbx
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -61,6 +62,10 @@ type Options struct {
 	// reaper.lifetime on this host). reaper.orphan_reaper = false in the
 	// configuration turns it off too.
 	NoAutoSweep bool
+	// OnPull, when set, is told that an image must be pulled before a
+	// sandbox can be made, and returns where the engine's progress goes
+	// (nil: nowhere). The pull is bounded by pull_timeout.
+	OnPull func(image string) io.Writer
 	// Customize, when set, adjusts the sandbox manager's configuration
 	// before use (the CLI adds its exec channel holders here).
 	Customize func(*sandbox.Config)
@@ -172,7 +177,7 @@ func Open(ctx context.Context, o Options) (*Client, error) {
 	sc := sandbox.Config{
 		Runtime: rt, Logger: o.Logger, StateDir: o.StateDir, CacheDir: o.CacheDir,
 		Environ: o.Environ, Cwd: o.Cwd, UID: os.Getuid(), GID: os.Getgid(),
-		Warn: o.Warn, OnColdStart: c.autoSweep,
+		Warn: o.Warn, OnColdStart: c.autoSweep, PullTimeout: o.Config.PullTimeout.Value, OnPull: o.OnPull,
 	}
 	if a := o.Config.ExecChannelAgent.Value; a != "" && o.Config.ExecChannel.Value {
 		sc.Agent = a // in-process channel; the CLI's Customize adds holders

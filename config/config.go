@@ -37,6 +37,7 @@ type Settings struct {
 	Task          Setting[string]        // task: the sandbox commands act on
 	LogLevel      Setting[string]        // log_level: debug | info | warn | error
 	EngineTimeout Setting[time.Duration] // engine_timeout: bound on each engine call
+	PullTimeout   Setting[time.Duration] // pull_timeout: bound on pulling a missing image
 	// KnownPaths are the install locations tried after PATH.
 	KnownPaths Setting[[]string]
 	// ExecChannel: commands in a warm sandbox go through hsbx's agent
@@ -90,6 +91,7 @@ func Defaults() Settings {
 		Runtime: Setting[string]{"auto", "default"}, Profile: Setting[string]{"default", "default"},
 		Task: Setting[string]{"default", "default"}, LogLevel: Setting[string]{"warn", "default"},
 		EngineTimeout: Setting[time.Duration]{enginecli.DefaultTimeout, "default"},
+		PullTimeout:   Setting[time.Duration]{enginecli.DefaultPullTimeout, "default"},
 		KnownPaths:    Setting[[]string]{detect.KnownPaths(), "default"},
 		ExecChannel:   Setting[bool]{true, "default"}, ExecChannelIdle: Setting[time.Duration]{10 * time.Minute, "default"},
 		ExecChannelAgent: Setting[string]{"", "default"},
@@ -132,6 +134,7 @@ func (s *Settings) fields() []field {
 		{key: "task", env: []string{"HSBX_TASK"}, flag: "--task", ptr: &s.Task},
 		{key: "log_level", env: []string{"HSBX_LOG_LEVEL"}, flag: "--log-level", ptr: &s.LogLevel, enum: []string{"debug", "info", "warn", "error"}},
 		{key: "engine_timeout", env: []string{"HSBX_ENGINE_TIMEOUT"}, flag: "--engine-timeout", ptr: &s.EngineTimeout},
+		{key: "pull_timeout", env: []string{"HSBX_PULL_TIMEOUT"}, ptr: &s.PullTimeout},
 		{key: "known_paths", env: []string{"HSBX_KNOWN_PATHS"}, ptr: &s.KnownPaths, paths: true},
 		{key: "exec_channel", env: []string{"HSBX_EXEC_CHANNEL"}, ptr: &s.ExecChannel},
 		{key: "exec_channel_idle", env: []string{"HSBX_EXEC_CHANNEL_IDLE"}, ptr: &s.ExecChannelIdle},
@@ -458,6 +461,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EngineTimeout.Value <= 0 {
 		return &Error{Source: c.EngineTimeout.Source, Key: "engine_timeout", Msg: "want a duration > 0"}
+	}
+	if c.PullTimeout.Value <= 0 {
+		return &Error{Source: c.PullTimeout.Source, Key: "pull_timeout", Msg: "want a duration > 0"}
 	}
 	if c.ExecChannelIdle.Value <= 0 {
 		return &Error{Source: c.ExecChannelIdle.Source, Key: "exec_channel_idle", Msg: "want a duration > 0"}

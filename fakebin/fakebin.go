@@ -137,6 +137,8 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 		return f.cleanup(rest)
 	case "cp":
 		return f.cp(rest)
+	case "pull":
+		return f.pull(rest)
 	}
 	return f.usage(fmt.Sprintf("unknown command %q for %q", sub, f.name))
 }

@@ -30,7 +30,7 @@ var steps = []string{
 	"stop_missing", "stop_stopped", "rm_missing_force", "rm_missing", "rm_running", "rm_multi",
 	"run_name_in_use", "run_bad_image", "run_bad_flag", "exec_missing", "exec_stopped", "exec_paused",
 	"exec_not_found", "exec_not_executable", "exec_exit125", "exec_exit1", "exec_bad_workdir",
-	"cp_out_missing", "cp_out_missing_stream", "cp_in_missing_parent", "cp_in_stream_missing_dir",
+	"cp_out_missing", "cp_out_missing_stream", "cp_in_missing_parent", "cp_in_stream_missing_dir", "pull_missing",
 	"unpause_running", "pause_paused", "image_inspect", "image_inspect_missing", "exec_words_notfound",
 	"!run -d --name cap-stop --network none hsbx-busybox sleep infinity",
 	"stop_running", "rm_stopped",
@@ -137,6 +137,8 @@ func opOf(args []string) enginecli.Op {
 			return enginecli.OpImage
 		case "cp":
 			return enginecli.OpCopy
+		case "pull":
+			return enginecli.OpPull
 		case "info":
 			return enginecli.OpInfo
 		case "pause", "unpause":

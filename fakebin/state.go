@@ -52,6 +52,8 @@ type ExecProc struct {
 type State struct {
 	Seq        int          `json:"seq"`
 	Containers []*Container `json:"containers"`
+	// Pulled are the images pull fetched from FAKEENGINE_REGISTRY.
+	Pulled []string `json:"pulled,omitempty"`
 }
 
 // store is the state file plus its lock, under dir.

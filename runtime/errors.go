@@ -29,6 +29,9 @@ var (
 	ErrNetworkSetup = errors.New("container network setup failed")
 	// ErrImageNotFound: the image is not present and cannot be pulled.
 	ErrImageNotFound = errors.New("image not found")
+	// ErrPullTimeout: an image pull did not finish within its own bound
+	// (pull_timeout) and was stopped.
+	ErrPullTimeout = errors.New("image pull timed out")
 	// ErrTimeout: the engine CLI did not answer in time and was killed.
 	ErrTimeout = errors.New("engine call timed out")
 	// ErrBadOutput: the engine printed something hsbx cannot parse.
@@ -110,6 +113,8 @@ func Hint(err error) string {
 		return "set --runtime (HSBX_RUNTIME) to a docker or podman binary"
 	case errors.Is(err, ErrUnreachable):
 		return "start the engine (for docker: the daemon; check DOCKER_HOST / docker context; for podman: CONTAINER_HOST or --remote), or check your permission on its socket"
+	case errors.Is(err, ErrPullTimeout):
+		return "the image is still downloading or the registry is slow: raise pull_timeout (HSBX_PULL_TIMEOUT), or pull the image yourself first (docker pull IMAGE / podman pull IMAGE)"
 	case errors.Is(err, ErrTimeout):
 		return "the engine did not answer in time; check that its daemon is healthy"
 	case errors.Is(err, ErrImageNotFound):

@@ -180,6 +180,11 @@ type Runtime interface {
 	// InspectImage reports a local image's id and entrypoint; it fails
 	// with ErrImageNotFound when the image is not present.
 	InspectImage(ctx context.Context, ref string) (Image, error)
+	// Pull pulls image ref, writing the engine's progress to progress,
+	// bounded by timeout (0: enginecli.DefaultPullTimeout). It fails with
+	// ErrImageNotFound when the image cannot be pulled and ErrPullTimeout
+	// when the bound ran out.
+	Pull(ctx context.Context, ref string, progress io.Writer, timeout time.Duration) error
 	// CopyIn extracts a tar archive into directory dir of container id
 	// (`cp - ID:dir`), running or stopped. It cannot reach a tmpfs mount:
 	// the engine writes beneath it.

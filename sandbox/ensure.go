@@ -298,7 +298,14 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	spec := s.spec
-	spec.ImageInit = s.m.imageInit(ctx, spec.Image)
+	s6, missing := s.m.imageInit(ctx, spec.Image)
+	if missing {
+		if err := s.m.pull(ctx, spec.Image); err != nil {
+			return "", err
+		}
+		s6, _ = s.m.imageInit(ctx, spec.Image)
+	}
+	spec.ImageInit = s6
 	if host.NoNetwork && spec.Network && !spec.Explicit["network"] {
 		spec.Network = false // learned earlier: this engine cannot network here
 		s.m.c.Warn(noNetworkWarning(host))

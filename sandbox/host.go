@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"time"
@@ -99,28 +100,45 @@ type cachedImage struct {
 // imageInit reports whether image brings its own init (s6-overlay), from
 // its entrypoint: one `image inspect`, cached per engine endpoint and image
 // reference for an hour, so only the first create of an image pays for it.
-// Any failure (the image is not pulled yet) keeps the hardened default.
-func (m *Manager) imageInit(ctx context.Context, image string) bool {
+// missing says the engine does not have the image (it must be pulled); any
+// other failure keeps the hardened default.
+func (m *Manager) imageInit(ctx context.Context, image string) (s6, missing bool) {
 	key := m.hostCacheKey() + "|" + image
 	file := filepath.Join(m.c.CacheDir, "images.json")
 	if m.c.CacheDir != "" {
 		if c, ok := cachefile.Get[cachedImage](file, key); ok && time.Since(c.At) < hostFactsTTL && time.Since(c.At) >= 0 {
-			return c.S6Init
+			return c.S6Init, false
 		}
 	}
 	img, err := m.c.Runtime.InspectImage(ctx, image)
 	if err != nil {
 		m.log.Debug("image not inspectable; assuming it has no init of its own", "image", image, "error", err)
-		return false
+		return false, errors.Is(err, runtime.ErrImageNotFound)
 	}
-	s6 := len(img.Entrypoint) > 0 && s6Entrypoints[strings.TrimSpace(img.Entrypoint[0])]
+	s6 = len(img.Entrypoint) > 0 && s6Entrypoints[strings.TrimSpace(img.Entrypoint[0])]
 	if s6 {
 		m.log.Info("image runs s6-overlay's /init: no --init, /run mounted exec", "image", image)
 	}
 	if m.c.CacheDir != "" {
 		cachefile.Put(file, key, cachedImage{ID: img.ID, S6Init: s6, At: time.Now()})
 	}
-	return s6
+	return s6, false
+}
+
+// pull fetches an image the engine does not have, before the create that
+// needs it, bounded by its own timeout (Config.PullTimeout), with the
+// engine's progress where Config.OnPull says.
+func (m *Manager) pull(ctx context.Context, image string) error {
+	var progress io.Writer
+	if m.c.OnPull != nil {
+		progress = m.c.OnPull(image)
+	}
+	start := time.Now()
+	if err := m.c.Runtime.Pull(ctx, image, progress, m.c.PullTimeout); err != nil {
+		return fmt.Errorf("image %s is not present locally and pulling it failed: %w", image, err)
+	}
+	m.log.Info("pulled image", "image", image, "elapsed", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // checkClientVar refuses a command env value that would steer the engine

@@ -44,6 +44,13 @@ type Config struct {
 	// (never on the warm path): hsbx hangs the orphan sweep here. It must
 	// not fail the caller; errors are its own to report.
 	OnColdStart func(ctx context.Context)
+	// PullTimeout bounds pulling an image the engine does not have, which
+	// happens before the create that needs it (0: 10 minutes).
+	PullTimeout time.Duration
+	// OnPull, when set, is told that image must be pulled and returns where
+	// the engine's progress goes (nil: nowhere). The CLI says so on stderr
+	// and gives the engine its terminal, for its own progress display.
+	OnPull func(image string) io.Writer
 	// LivenessDelay is how long a command may stay silent before Exec
 	// checks once that the engine still answers (default 10s; negative:
 	// never check).

@@ -70,6 +70,7 @@ cap unpause_running unpause cap-run
 cap pause_paused pause cap-paused
 cap image_inspect image inspect "$image"
 cap image_inspect_missing image inspect nosuchimage:1
+cap pull_missing pull -- nosuchimage:1
 # A command's own stderr that reads like the engine's: the engine passes
 # the command's words and status through while the container runs (hsbx
 # must ask the engine, never trust the words).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"golang.org/x/term"
 
 	"github.com/hsbx/hsbx"
 	"github.com/hsbx/hsbx/config"
@@ -50,7 +51,7 @@ type Globals struct {
 	Config        string           `help:"Configuration file (env HSBX_CONFIG; default $$XDG_CONFIG_HOME/hsbx/config.toml)." placeholder:"FILE"`
 	JSON          bool             `help:"Print machine-readable JSON instead of text."`
 	LogLevel      string           `help:"Log to stderr at this level: debug (shows every engine call), info, warn, error (log_level; env HSBX_LOG_LEVEL; default warn)." placeholder:"LEVEL"`
-	EngineTimeout string           `help:"Give up on an engine call that has not answered after this long: a duration like 30s, or seconds; run gets 4x for image pulls; exec's command has no limit once the engine has answered (engine_timeout; env HSBX_ENGINE_TIMEOUT; default 60s)." placeholder:"DUR"`
+	EngineTimeout string           `help:"Give up on an engine call that has not answered after this long: a duration like 30s, or seconds; run gets 4x, copies 10x; a missing image is pulled first under pull_timeout (env HSBX_PULL_TIMEOUT; default 10m); exec's command has no limit once the engine has answered (engine_timeout; env HSBX_ENGINE_TIMEOUT; default 60s)." placeholder:"DUR"`
 	Version       kong.VersionFlag `help:"Print hsbx's version and exit."`
 }
 
@@ -136,7 +137,18 @@ func (a *App) options() hsbx.Options {
 		StateDir: a.stateDir(), CacheDir: a.cacheDir(),
 		Warn:      func(s string) { fmt.Fprintf(a.Env.Stderr, "hsbx: warning: %s\n", s) },
 		Customize: a.channelConfig,
+		OnPull:    a.onPull,
 	}
+}
+
+// onPull says that an image must be pulled first; on a terminal the
+// engine shows its own progress there, elsewhere one line is all.
+func (a *App) onPull(image string) io.Writer {
+	fmt.Fprintf(a.Env.Stderr, "hsbx: image %s is not present locally; pulling it (up to pull_timeout %s)\n", safe(image), a.Cfg.PullTimeout.Value)
+	if f, ok := a.Env.Stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return f
+	}
+	return nil
 }
 
 // detectOptions are the engine-finding options this invocation implies.

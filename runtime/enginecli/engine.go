@@ -43,6 +43,7 @@ const (
 	OpImage   Op = "image inspect"
 	OpCleanup Op = "cleanup"
 	OpCopy    Op = "cp"
+	OpPull    Op = "pull"
 )
 
 // Dialect is what one engine family contributes.
@@ -455,6 +456,40 @@ func (e *Engine) InspectImage(ctx context.Context, ref string) (runtime.Image, e
 		return runtime.Image{}, fmt.Errorf("%w: %s image inspect: %v", runtime.ErrBadOutput, e.d.Name(), err)
 	}
 	return img, nil
+}
+
+// DefaultPullTimeout bounds an image pull when the caller gives no bound.
+const DefaultPullTimeout = 10 * time.Minute
+
+// Pull implements runtime.Runtime: `pull -- REF`, the engine's progress to
+// progress (nil: discarded; a terminal gets the engine's own progress
+// bars), its stderr kept for the error. A failure the engine does not
+// otherwise explain is ErrImageNotFound; running out of time is
+// ErrPullTimeout.
+func (e *Engine) Pull(ctx context.Context, ref string, progress io.Writer, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultPullTimeout
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	argv := []string{e.bin, "pull", "--", ref}
+	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(nil), Stdout: progress, Timeout: timeout})
+	if err != nil {
+		err = e.runError(argv, err)
+		if errors.Is(err, runtime.ErrTimeout) {
+			return fmt.Errorf("%w after %s (pull_timeout): %w", runtime.ErrPullTimeout, timeout, err)
+		}
+		return err
+	}
+	if res.ExitCode != 0 {
+		kind := e.d.Classify(OpPull, res.ExitCode, string(res.Stderr))
+		if kind == nil || errors.Is(kind, runtime.ErrEngine) {
+			kind = runtime.ErrImageNotFound
+		}
+		return &runtime.EngineError{Kind: kind, Argv: argv, ExitCode: res.ExitCode, Stderr: strings.TrimSpace(string(res.Stderr))}
+	}
+	return nil
 }
 
 // CopyTimeout is how long a copy may take, in engine timeouts: copies
