@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/hsbx/hsbx/config"
@@ -157,7 +156,6 @@ type Client struct {
 	o    Options
 	m    *sandbox.Manager
 	gate *reaper.Gate
-	mu   sync.Mutex
 }
 
 // Open loads what Options leave unset, finds the engine (one cached

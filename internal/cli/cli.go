@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,11 +47,11 @@ const (
 // checks them with the environment and the file (flag > env > file >
 // default), and `hsbx config` shows them with their source.
 type Globals struct {
-	Runtime       string           `help:"Engine to drive: docker, podman, another name on PATH, or a path (runtime; env HSBX_RUNTIME, HERMES_DOCKER_BINARY; default auto-detect)." placeholder:"NAME|PATH"`
+	Runtime       string           `predictor:"runtime" help:"Engine to drive: docker, podman, another name on PATH, or a path (runtime; env HSBX_RUNTIME, HERMES_DOCKER_BINARY; default auto-detect)." placeholder:"NAME|PATH"`
 	Profile       string           `help:"Profile whose sandboxes to act on (profile; env HSBX_PROFILE; default \"default\")." placeholder:"NAME"`
 	Config        string           `help:"Configuration file (env HSBX_CONFIG; default $$XDG_CONFIG_HOME/hsbx/config.toml)." placeholder:"FILE"`
 	JSON          bool             `help:"Print machine-readable JSON instead of text."`
-	LogLevel      string           `help:"Log to stderr at this level: debug (shows every engine call), info, warn, error (log_level; env HSBX_LOG_LEVEL; default warn)." placeholder:"LEVEL"`
+	LogLevel      string           `predictor:"level" help:"Log to stderr at this level: debug (shows every engine call), info, warn, error (log_level; env HSBX_LOG_LEVEL; default warn)." placeholder:"LEVEL"`
 	EngineTimeout string           `help:"Give up on an engine call that has not answered after this long: a duration like 30s, or seconds; run gets 4x, copies 10x; a missing image is pulled first under pull_timeout (env HSBX_PULL_TIMEOUT; default 10m); exec's command has no limit once the engine has answered (engine_timeout; env HSBX_ENGINE_TIMEOUT; default 60s)." placeholder:"DUR"`
 	Version       kong.VersionFlag `help:"Print hsbx's version and exit."`
 }
@@ -77,18 +78,19 @@ func given(fs ...config.Flag) []config.Flag {
 type grammar struct {
 	Globals
 
-	Up         UpCmd      `cmd:"" help:"Bring the task's sandbox up (create, start or attach) and print its id."`
-	Exec       ExecCmd    `cmd:"" help:"Run a command in the task's sandbox; exits with the command's status."`
-	Shell      ShellCmd   `cmd:"" help:"Open an interactive login shell in the task's sandbox."`
-	Stop       StopCmd    `cmd:"" help:"Stop the task's sandbox, keeping its filesystem."`
-	Down       DownCmd    `cmd:"" help:"Stop and remove the task's sandbox."`
-	Cp         CpCmd      `cmd:"" help:"Copy files between the host and the task's sandbox (:PATH names the sandbox side)."`
-	Ls         LsCmd      `cmd:"" help:"List sandboxes."`
-	Reap       ReapCmd    `cmd:"" help:"Remove sandboxes that crashed or abandoned processes left behind (never running or foreign ones)."`
-	ConfigCmd  ConfigCmd  `cmd:"" name:"config" help:"Show the effective configuration and where each value comes from."`
-	Doctor     DoctorCmd  `cmd:"" help:"Check which engine hsbx would drive and whether it works."`
-	VersionCmd VersionCmd `cmd:"" name:"version" help:"Print hsbx's version."`
-	Hold       HoldCmd    `cmd:"" hidden:"" help:"Hold the exec channel to one sandbox (started by exec)."`
+	Up         UpCmd         `cmd:"" help:"Bring the task's sandbox up (create, start or attach) and print its id."`
+	Exec       ExecCmd       `cmd:"" help:"Run a command in the task's sandbox; exits with the command's status."`
+	Shell      ShellCmd      `cmd:"" help:"Open an interactive login shell in the task's sandbox."`
+	Stop       StopCmd       `cmd:"" help:"Stop the task's sandbox, keeping its filesystem."`
+	Down       DownCmd       `cmd:"" help:"Stop and remove the task's sandbox."`
+	Cp         CpCmd         `cmd:"" help:"Copy files between the host and the task's sandbox (:PATH names the sandbox side)."`
+	Ls         LsCmd         `cmd:"" help:"List sandboxes."`
+	Reap       ReapCmd       `cmd:"" help:"Remove sandboxes that crashed or abandoned processes left behind (never running or foreign ones)."`
+	ConfigCmd  ConfigCmd     `cmd:"" name:"config" help:"Show the effective configuration and where each value comes from."`
+	Doctor     DoctorCmd     `cmd:"" help:"Check which engine hsbx would drive and whether it works."`
+	VersionCmd VersionCmd    `cmd:"" name:"version" help:"Print hsbx's version."`
+	Completion CompletionCmd `cmd:"" help:"Print the code that turns on tab completion in bash, zsh or fish."`
+	Hold       HoldCmd       `cmd:"" hidden:"" help:"Hold the exec channel to one sandbox (started by exec)."`
 }
 
 // Env is what the process was started with; Main reads nothing else from
@@ -248,6 +250,9 @@ func mayBeExec(args []string) bool {
 
 // Main runs hsbx with the given process environment and returns the exit code.
 func Main(ctx context.Context, env Env) int {
+	if code, ok := completeLine(ctx, env); ok {
+		return code
+	}
 	exitCode := -1
 	kctx, g, err := parse(env, &exitCode)
 	if exitCode >= 0 { // --help or --version ran and asked to exit
@@ -267,7 +272,7 @@ func Main(ctx context.Context, env Env) int {
 		flags = append(flags, s.settingFlags()...)
 	}
 	app := &App{G: g, Env: env}
-	if kctx.Command() == "version" { // never fails on a bad configuration
+	if cmd := kctx.Command(); cmd == "version" || strings.HasPrefix(cmd, "completion") { // never fail on a bad configuration
 		app.Cfg = &config.Config{Settings: config.Defaults()}
 	} else {
 		cfg, err := config.Load(config.Options{File: g.Config, Getenv: app.lookupEnv, Flags: flags})

@@ -10,7 +10,7 @@ import (
 
 // taskFlag is the --task every sandbox command takes.
 type taskFlag struct {
-	Task string `help:"Task whose sandbox to use (task; env HSBX_TASK; default \"default\")." placeholder:"ID"`
+	Task string `predictor:"task" help:"Task whose sandbox to use (task; env HSBX_TASK; default \"default\")." placeholder:"ID"`
 }
 
 func (t taskFlag) flags() []config.Flag {
