@@ -196,6 +196,7 @@ func newParser(g any, env Env, exitCode *int) (*kong.Kong, error) {
 		kong.Exit(func(code int) { *exitCode = code }),
 		kong.Vars{"version": "hsbx " + version()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Help(helpPrinter),
 		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper()),
 	)
 }
