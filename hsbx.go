@@ -17,7 +17,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/hsbx/hsbx/config"
@@ -72,21 +71,11 @@ type Options struct {
 
 // DefaultStateDir is the CLI's state directory for this environment:
 // $XDG_STATE_HOME/hsbx, or ~/.local/state/hsbx ("" when neither is set).
-func DefaultStateDir(env []string) string { return xdgDir(env, "XDG_STATE_HOME", ".local/state") }
+func DefaultStateDir(env []string) string { return sandbox.DefaultStateDir(env) }
 
 // DefaultCacheDir is the CLI's cache directory: $XDG_CACHE_HOME/hsbx, or
 // ~/.cache/hsbx.
-func DefaultCacheDir(env []string) string { return xdgDir(env, "XDG_CACHE_HOME", ".cache") }
-
-func xdgDir(env []string, name, fallback string) string {
-	if d, _ := environ.Lookup(env, name); d != "" {
-		return filepath.Join(d, "hsbx")
-	}
-	if h, _ := environ.Lookup(env, "HOME"); h != "" {
-		return filepath.Join(h, fallback, "hsbx")
-	}
-	return ""
-}
+func DefaultCacheDir(env []string) string { return sandbox.DefaultCacheDir(env) }
 
 // LoadConfig loads the configuration as the CLI does with no flags: the
 // file, then env (nil: the process environment), over the defaults.

@@ -13,6 +13,8 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -24,8 +26,9 @@ import (
 type Config struct {
 	Runtime runtime.Runtime
 	Logger  *slog.Logger // nil: discard
-	// StateDir holds per-key persistent dirs (workspace, home);
-	// conventionally $XDG_STATE_HOME/hsbx.
+	// StateDir holds per-key persistent dirs (workspace, home) and the
+	// in-use marks every process on the host must agree on; "" means the
+	// CLI's, DefaultStateDir(Environ).
 	StateDir string
 	// CacheDir holds cached engine facts (rootless, cgroups, storage);
 	// "" disables the cache.
@@ -68,6 +71,25 @@ type Config struct {
 	StartHolder func(HolderSpec)
 }
 
+// DefaultStateDir is the hsbx command's state directory in environment
+// env: $XDG_STATE_HOME/hsbx, or ~/.local/state/hsbx ("" when neither
+// variable is set).
+func DefaultStateDir(env []string) string { return xdgDir(env, "XDG_STATE_HOME", ".local/state") }
+
+// DefaultCacheDir is the hsbx command's cache directory: $XDG_CACHE_HOME/hsbx,
+// or ~/.cache/hsbx.
+func DefaultCacheDir(env []string) string { return xdgDir(env, "XDG_CACHE_HOME", ".cache") }
+
+func xdgDir(env []string, name, fallback string) string {
+	if d, _ := environ.Lookup(env, name); d != "" {
+		return filepath.Join(d, "hsbx")
+	}
+	if h, _ := environ.Lookup(env, "HOME"); h != "" {
+		return filepath.Join(h, fallback, "hsbx")
+	}
+	return ""
+}
+
 // Manager creates and finds sandboxes on one engine. It is safe for
 // concurrent use.
 type Manager struct {
@@ -84,6 +106,13 @@ func New(c Config) *Manager {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second
+	}
+	if c.StateDir == "" {
+		env := c.Environ
+		if env == nil {
+			env = os.Environ()
+		}
+		c.StateDir = DefaultStateDir(env)
 	}
 	m := &Manager{c: c, log: c.Logger}
 	if m.c.Warn == nil {
