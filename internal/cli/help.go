@@ -20,7 +20,7 @@ func helpPrinter(options kong.HelpOptions, ctx *kong.Context) error {
 		return kong.DefaultHelpPrinter(options, ctx)
 	}
 	var globals []string
-	for _, f := range ctx.Model.Node.Flags {
+	for _, f := range ctx.Model.Flags {
 		if f.Hidden || f.Name == "help" || f.Name == "version" {
 			continue
 		}
