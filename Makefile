@@ -3,6 +3,8 @@
 #   make test      all tests: fakes always; real docker and podman (rootful and
 #                  rootless) too when `make engines` has set them up
 #   make engines   install and start real Docker Engine and Podman (root, Debian)
+#   make kube      build (once, cached by version) and start a real single-node
+#                  Kubernetes for the kubectl runtime to come (CI runs its smoke)
 #   make demo      engines if needed, then a sandbox up / exec / ls / down
 #   make lint      go vet, golangci-lint (.golangci.yml: gofmt, "only internal/proc
 #                  imports os/exec", errname, unparam, revive, ...), go mod tidy
@@ -18,7 +20,7 @@ BENCH_OUT   ?= BENCHMARKS.md
 # Sourced when present, so the tests reach the real engines.
 ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi
 
-.PHONY: build test engines lint tools fuzz demo bench clean cross
+.PHONY: build test engines kube lint tools fuzz demo bench clean cross
 
 # Static and stripped: no dynamic loader at start-up (about 3 ms a call here).
 build:
@@ -31,6 +33,11 @@ test: lint
 
 engines:
 	scripts/engines.sh $(ENGINES_DIR)
+
+KUBE_DIR ?= /tmp/hsbx-kube
+kube:
+	scripts/kube.sh $(KUBE_DIR)
+	scripts/kube.sh --smoke $(KUBE_DIR)
 
 # golangci-lint, pinned; `make tools` (and so `make lint`) installs it from
 # the Go module proxy into $(GOBIN_DIR) when it is missing.
