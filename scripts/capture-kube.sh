@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # capture-kube.sh — record what a real kubectl and cluster print (stdout,
 # stderr, exit code) for the calls a kubectl runtime makes and the failures
-# it must classify, into testdata/engines/kubectl-<version>/<case>.*, as
+# it must classify, into testdata/kube/kubectl-<version>/<case>.*, as
 # capture.sh does for docker and podman: the ground truth for a kubectl
 # dialect's parsers and a fake kubectl.
 #
@@ -10,7 +10,7 @@ set -uo pipefail
 bin=${HSBX_IT_KUBECTL:-kubectl}
 image=${HSBX_IT_KUBE_IMAGE:-hsbx-busybox}
 v=$("$bin" version --client -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | head -1)
-out="$(cd "$(dirname "$0")/.." && pwd)/testdata/engines/kubectl-$v"
+out="$(cd "$(dirname "$0")/.." && pwd)/testdata/kube/kubectl-$v"
 rm -rf "$out"
 mkdir -p "$out"
 echo "capturing $bin ($v) into $out" >&2
