@@ -1,0 +1,267 @@
+// Package kubectl is the kubectl dialect's parsing and classification: what
+// `kubectl get pods -o json`, `kubectl exec` and kubectl's errors mean, read
+// from outputs captured on a real cluster (testdata/kube, by
+// scripts/capture-kube.sh, kubectl and Kubernetes v1.34). It is the first
+// part of the kubectl runtime; the Runtime over kubectl is not written yet.
+//
+// A sandbox there is a Pod: its name is the container name, its uid the
+// id (a Pod deleted and made again under the same name has a new uid), its
+// labels the labels, with the exact values kept in annotations of the same
+// names where a label value cannot hold them.
+package kubectl
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// pod is the part of a Pod hsbx reads, decoded tolerantly.
+type pod struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name              string            `json:"name"`
+		UID               string            `json:"uid"`
+		Labels            map[string]string `json:"labels"`
+		Annotations       map[string]string `json:"annotations"`
+		CreationTimestamp string            `json:"creationTimestamp"`
+		DeletionTimestamp string            `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec struct {
+		Containers []struct {
+			Image string `json:"image"`
+		} `json:"containers"`
+	} `json:"spec"`
+	Status struct {
+		Phase             string            `json:"phase"`
+		ContainerStatuses []containerStatus `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+type containerStatus struct {
+	State struct {
+		Waiting *struct {
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"waiting"`
+		Running *struct {
+			StartedAt string `json:"startedAt"`
+		} `json:"running"`
+		Terminated *struct {
+			ExitCode   int    `json:"exitCode"`
+			StartedAt  string `json:"startedAt"`
+			FinishedAt string `json:"finishedAt"`
+		} `json:"terminated"`
+	} `json:"state"`
+}
+
+// ParsePods reads `kubectl get pods -o json` (a List) or `kubectl get pod
+// NAME -o json` (one Pod) into containers: ID the uid, Name the pod's name,
+// State from the phase and the first container's state, Labels the labels
+// with annotations of the same names overriding them (exact values).
+func ParsePods(out []byte) ([]runtime.Container, error) {
+	var head struct {
+		Kind  string            `json:"kind"`
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(out, &head); err != nil {
+		return nil, fmt.Errorf("kubectl get: %w", err)
+	}
+	raws := head.Items
+	switch head.Kind {
+	case "List", "PodList":
+	case "Pod":
+		raws = []json.RawMessage{out}
+	default:
+		return nil, fmt.Errorf("kubectl get: kind %q, want List or Pod", head.Kind)
+	}
+	cs := make([]runtime.Container, 0, len(raws))
+	for _, raw := range raws {
+		var p pod
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return nil, fmt.Errorf("kubectl get: %w", err)
+		}
+		if p.Metadata.Name == "" || p.Metadata.UID == "" {
+			return nil, errors.New("kubectl get: a pod without name or uid")
+		}
+		c, err := p.container()
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+func (p pod) container() (runtime.Container, error) {
+	c := runtime.Container{ID: p.Metadata.UID, Name: p.Metadata.Name, State: p.state(), Labels: map[string]string{}}
+	for k, v := range p.Metadata.Labels {
+		c.Labels[k] = v
+	}
+	for k, v := range p.Metadata.Annotations {
+		if _, ok := c.Labels[k]; ok {
+			c.Labels[k] = v // the exact value a label could not hold
+		}
+	}
+	if len(p.Spec.Containers) > 0 {
+		c.Image = p.Spec.Containers[0].Image
+	}
+	var err error
+	if c.Created, err = timestamp(p.Metadata.CreationTimestamp); err != nil {
+		return c, err
+	}
+	if len(p.Status.ContainerStatuses) > 0 {
+		st := p.Status.ContainerStatuses[0].State
+		switch {
+		case st.Running != nil:
+			c.Started, err = timestamp(st.Running.StartedAt)
+		case st.Terminated != nil:
+			if c.Started, err = timestamp(st.Terminated.StartedAt); err == nil {
+				c.Finished, err = timestamp(st.Terminated.FinishedAt)
+			}
+		}
+	}
+	return c, err
+}
+
+// state maps a pod to hsbx's states. A pod being deleted is removing; one
+// whose container runs is running; Succeeded and Failed are exited;
+// Pending (image not there yet, or never to come) is created; anything
+// else is unknown, which callers treat as alive.
+func (p pod) state() runtime.State {
+	if p.Metadata.DeletionTimestamp != "" {
+		return runtime.StateRemoving
+	}
+	switch p.Status.Phase {
+	case "Running":
+		if len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running == nil {
+			return runtime.StateRestarting // the container is between runs
+		}
+		return runtime.StateRunning
+	case "Succeeded", "Failed":
+		return runtime.StateExited
+	case "Pending":
+		return runtime.StateCreated
+	}
+	return runtime.StateUnknown
+}
+
+// Waiting is why a pod's container is not running yet ("ErrImageNeverPull",
+// "ImagePullBackOff", "ContainerCreating", ...; "" when it is not waiting),
+// with the cluster's message.
+func Waiting(out []byte) (reason, message string, err error) {
+	var p pod
+	if err := json.Unmarshal(out, &p); err != nil {
+		return "", "", fmt.Errorf("kubectl get: %w", err)
+	}
+	if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Waiting == nil {
+		return "", "", nil
+	}
+	w := p.Status.ContainerStatuses[0].State.Waiting
+	return w.Reason, w.Message, nil
+}
+
+func timestamp(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("kubectl get: timestamp %q: %w", s, err)
+	}
+	return t, nil
+}
+
+// terminated is kubectl exec's last stderr line when the command exited
+// non-zero.
+var terminated = regexp.MustCompile(`^command terminated with exit code (\d+)$`)
+
+// ExecStatus reads a finished `kubectl exec`: kubectl exits with the
+// command's status and, for a non-zero one, ends stderr with "command
+// terminated with exit code N". Only that last line counts (a command can
+// print the same words itself). Anything else that is not 0 is kubectl's
+// own failure, classified; a missing executable, which kubectl reports as
+// an internal error with status 1, is the shell's 127.
+func ExecStatus(code int, stderr string) (int, error) {
+	if code == 0 {
+		return 0, nil
+	}
+	last := lastLine(stderr)
+	if m := terminated.FindStringSubmatch(last); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && n == code {
+			return n, nil
+		}
+	}
+	if strings.Contains(last, "executable file not found") || strings.Contains(last, "no such file or directory") && strings.Contains(last, "exec:") {
+		return 127, nil
+	}
+	return -1, Classify(code, stderr)
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return strings.TrimSpace(s)
+}
+
+// rules classify kubectl's own errors (v1.34's words, captured).
+var rules = []struct {
+	fragment string
+	kind     error
+}{
+	{"couldn't get current server api group list", runtime.ErrUnreachable},
+	{"unable to connect to the server", runtime.ErrUnreachable},
+	{"the connection to the server", runtime.ErrUnreachable},
+	{"error from server (notfound)", runtime.ErrNotFound},
+	{"error from server (alreadyexists)", runtime.ErrNameInUse},
+	{"cannot exec into a container in a completed pod", runtime.ErrNotRunning},
+	{"container not found", runtime.ErrNotRunning},
+	{"error from server (forbidden)", runtime.ErrEngine},
+}
+
+// Classify names what a failed kubectl call means (nil code: success).
+func Classify(code int, stderr string) error {
+	if code == 0 {
+		return nil
+	}
+	low := strings.ToLower(stderr)
+	for _, r := range rules {
+		if strings.Contains(low, r.fragment) {
+			return r.kind
+		}
+	}
+	return runtime.ErrEngine
+}
+
+// LabelValue makes s a valid Kubernetes label value: at most 63 of
+// [A-Za-z0-9._-], beginning and ending with a letter or digit. Values
+// that change are kept exactly in an annotation of the same name.
+func LabelValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !labelChar(c) {
+			b[i] = '_'
+		}
+	}
+	out := string(b)
+	if len(out) > 63 {
+		out = out[:63]
+	}
+	return strings.Trim(out, "._-")
+}
+
+func labelChar(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return c == '.' || c == '_' || c == '-'
+}
