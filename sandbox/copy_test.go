@@ -111,8 +111,9 @@ func readTree(t *testing.T, root string) map[string]string {
 }
 
 // Copy in and out: a 200 MB file and a directory tree, into a running and
-// a stopped sandbox, as paths and as tar streams, on every engine; a stopped
-// sandbox stays stopped.
+// a stopped sandbox (and out of both), as paths and as tar streams, on every
+// engine; a stopped sandbox stays stopped, and what was copied into it is
+// there when it runs.
 func TestCopyInAndOut(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -161,6 +162,12 @@ func TestCopyInAndOut(t *testing.T) {
 		if err := sb.CopyIn(ctx, filepath.Join(in, "tree", "a.txt"), ws+"/stopped.txt"); err != nil {
 			t.Fatal(err)
 		}
+		if err := sb.CopyIn(ctx, filepath.Join(in, "big.bin"), ws+"/big-stopped.bin"); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.CopyIn(ctx, filepath.Join(in, "tree")+"/.", ws+"/tree-stopped"); err != nil {
+			t.Fatal(err)
+		}
 		if err := sb.CopyOut(ctx, ws+"/tree", filepath.Join(out, "tree")); err != nil {
 			t.Fatal(err)
 		}
@@ -181,10 +188,33 @@ func TestCopyInAndOut(t *testing.T) {
 			t.Errorf("copies started the stopped sandbox (state %s)", st)
 		}
 
-		// A tar stream in, into a running sandbox.
+		// What went into the stopped sandbox is there once it runs.
 		if _, err := sb.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if err := sb.CopyOut(ctx, ws+"/big-stopped.bin", filepath.Join(out, "big-stopped.bin")); err != nil {
+			t.Fatal(err)
+		}
+		if fileSum(t, filepath.Join(out, "big-stopped.bin")) != sum {
+			t.Error("the 200 MB file copied into the stopped sandbox came back different")
+		}
+		if err := sb.CopyOut(ctx, ws+"/tree-stopped", filepath.Join(out, "tree-stopped")); err != nil {
+			t.Fatal(err)
+		}
+		if got := readTree(t, filepath.Join(out, "tree-stopped")); !maps.Equal(got, files) {
+			t.Errorf("tree copied into the stopped sandbox:\n%v\nwant\n%v", got, files)
+		}
+		if !e.tg.Fake {
+			got, err := sb.Output(ctx, "sh", "-c", "wc -c < $0/big-stopped.bin; ls -A $0/tree-stopped", ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("%d\n.hidden\na.txt\nempty\nsub\n", size); strings.Join(strings.Fields(string(got)), "\n")+"\n" != want {
+				t.Errorf("in the sandbox after its start:\n%s\nwant\n%s", got, want)
+			}
+		}
+
+		// A tar stream in, into a running sandbox.
 		var tb bytes.Buffer
 		tw := tar.NewWriter(&tb)
 		tw.WriteHeader(&tar.Header{Name: "streamed/x=1,2.txt", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg})
