@@ -212,20 +212,35 @@ func (s Spec) Validate() error {
 
 // extraNetwork finds a --network / --net flag in extra run args.
 func extraNetwork(args []string) (string, bool) {
-	for i, a := range args {
-		for _, f := range []string{"--network", "--net"} {
-			if a == f {
+	if vs := flagValues(args, "--network", "--net"); len(vs) > 0 {
+		return vs[0], true
+	}
+	return "", false
+}
+
+// flagValues are the values args give the named flags, in order, in both
+// the "--flag value" and "--flag=value" forms; a flag last with no value
+// gives "".
+func flagValues(args []string, names ...string) []string {
+	var vs []string
+	for i := 0; i < len(args); i++ {
+		for _, f := range names {
+			if args[i] == f {
+				v := ""
 				if i+1 < len(args) {
-					return args[i+1], true
+					i++
+					v = args[i]
 				}
-				return "", true
+				vs = append(vs, v)
+				break
 			}
-			if v, ok := strings.CutPrefix(a, f+"="); ok {
-				return v, true
+			if v, ok := strings.CutPrefix(args[i], f+"="); ok {
+				vs = append(vs, v)
+				break
 			}
 		}
 	}
-	return "", false
+	return vs
 }
 
 // Volume is one parsed "host:container[:mode]".
@@ -417,13 +432,8 @@ func (s Spec) MemoryMounts() []string {
 		}
 		ms = append(ms, "/root")
 	}
-	for i, a := range s.ExtraArgs {
-		v, ok := strings.CutPrefix(a, "--tmpfs=")
-		if !ok && a == "--tmpfs" && i+1 < len(s.ExtraArgs) {
-			v, ok = s.ExtraArgs[i+1], true
-		}
-		if ok {
-			m, _, _ := strings.Cut(v, ":")
+	for _, v := range flagValues(s.ExtraArgs, "--tmpfs") {
+		if m, _, _ := strings.Cut(v, ":"); m != "" {
 			ms = append(ms, path.Clean("/"+m))
 		}
 	}

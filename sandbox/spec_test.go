@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -141,5 +142,25 @@ func TestBuildRunEnvValuesStayOffArgv(t *testing.T) {
 	}
 	if rs.Cmd[0] != "sleep" || rs.Cmd[1] != "infinity" || rs.Labels[LabelKey] == "" {
 		t.Errorf("run spec %+v", rs)
+	}
+}
+
+func TestMemoryMounts(t *testing.T) {
+	base := []string{"/tmp", "/var/tmp", "/run"}
+	for _, tc := range []struct {
+		name string
+		spec Spec
+		want []string
+	}{
+		{"persistent", Spec{Persistent: true}, base},
+		{"not persistent", Spec{}, append(append([]string{}, base...), "/workspace", "/root")},
+		{"cwd at /workspace", Spec{MountCwdToWorkspace: true}, append(append([]string{}, base...), "/root")},
+		{"extra --tmpfs both forms", Spec{Persistent: true, ExtraArgs: []string{"--tmpfs", "/cache:size=1m", "--tmpfs=data/", "--gpus=all"}},
+			append(append([]string{}, base...), "/cache", "/data")},
+		{"--tmpfs with no value", Spec{Persistent: true, ExtraArgs: []string{"--tmpfs"}}, base},
+	} {
+		if got := tc.spec.MemoryMounts(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

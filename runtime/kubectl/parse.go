@@ -168,12 +168,9 @@ func Waiting(out []byte) (reason, message string, err error) {
 }
 
 func timestamp(s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
+	t, err := runtime.ParseTime(s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("kubectl get: timestamp %q: %w", s, err)
+		return time.Time{}, fmt.Errorf("kubectl get: %w", err)
 	}
 	return t, nil
 }
