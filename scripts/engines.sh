@@ -101,6 +101,17 @@ exec setpriv --reuid=$uid --regid=$(id -g "$user") --init-groups \\
   /usr/bin/podman "\$@"
 WRAP
 chmod 0755 "$wrapper"
+# Rootless podman keeps its user namespace alive in a pause process, and its
+# database remembers which containers run. When something killed every
+# process of the user (a machine's session ending, an OOM kill) while a
+# container ran, each podman call fails with "invalid internal status, try
+# resetting the pause process". `podman system migrate` marks those containers
+# stopped and starts a fresh namespace; nothing of ours is lost (they are dead).
+if ! "$wrapper" info >/dev/null 2>&1; then
+  say "rootless podman is in a stale state (its processes were killed); resetting it with podman system migrate"
+  "$wrapper" system migrate >/dev/null 2>&1 || true
+  "$wrapper" info >/dev/null 2>&1 || { "$wrapper" info 2>&1 | tail -5 >&2; die "rootless podman does not answer after podman system migrate"; }
+fi
 "$wrapper" image exists "localhost/$image" || "$wrapper" import "$tarball" "$image" >/dev/null
 
 # Run a command as the rootless user, as that user would (their HOME, their
