@@ -130,8 +130,9 @@ func (o Options) detect() detect.Options {
 	d := detect.Options{
 		LookPath: func(name string) (string, error) { return proc.LookPathIn(name, path) },
 		CacheDir: o.CacheDir,
-		Engine:   enginecli.Options{Logger: o.Logger, Env: o.Environ, Timeout: o.Config.EngineTimeout.Value},
-		Known:    o.Config.KnownPaths.Value,
+		Engine: enginecli.Options{Logger: o.Logger, Env: o.Environ, Timeout: o.Config.EngineTimeout.Value,
+			Kubernetes: enginecli.KubeTarget{Context: o.Config.Kubernetes.Context.Value, Namespace: o.Config.Kubernetes.Namespace.Value}},
+		Known: o.Config.KnownPaths.Value,
 	}
 	if rt := o.Config.Runtime; rt.Value != "auto" {
 		d.Runtime, d.RuntimeSource = rt.Value, rt.Source

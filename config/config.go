@@ -50,6 +50,14 @@ type Settings struct {
 	ExecChannelAgent Setting[string]
 	Sandbox          SandboxSettings
 	Reaper           ReaperSettings
+	Kubernetes       KubernetesSettings
+}
+
+// KubernetesSettings are the [kubernetes] table: where the kubectl runtime
+// works ("" = the kubeconfig's current context, and its namespace).
+type KubernetesSettings struct {
+	Context   Setting[string]
+	Namespace Setting[string]
 }
 
 // SandboxSettings are the [sandbox] table: how a sandbox is made.
@@ -111,6 +119,7 @@ func Defaults() Settings {
 			OrphanReaper: Setting[bool]{true, "default"}, Lifetime: Setting[time.Duration]{300 * time.Second, "default"},
 			IdleAfter: Setting[time.Duration]{0, "default"},
 		},
+		Kubernetes: KubernetesSettings{Context: Setting[string]{"", "default"}, Namespace: Setting[string]{"", "default"}},
 	}
 }
 
@@ -127,7 +136,7 @@ type field struct {
 }
 
 func (s *Settings) fields() []field {
-	sb, r := &s.Sandbox, &s.Reaper
+	sb, r, k := &s.Sandbox, &s.Reaper, &s.Kubernetes
 	return []field{
 		{key: "runtime", env: []string{"HSBX_RUNTIME", "HERMES_DOCKER_BINARY"}, flag: "--runtime", ptr: &s.Runtime},
 		{key: "profile", env: []string{"HSBX_PROFILE"}, flag: "--profile", ptr: &s.Profile},
@@ -162,6 +171,8 @@ func (s *Settings) fields() []field {
 		{key: "reaper.orphan_reaper", env: []string{"TERMINAL_DOCKER_ORPHAN_REAPER"}, ptr: &r.OrphanReaper},
 		{key: "reaper.lifetime", env: []string{"TERMINAL_LIFETIME_SECONDS"}, ptr: &r.Lifetime},
 		{key: "reaper.idle_after", flag: "--idle", ptr: &r.IdleAfter},
+		{key: "kubernetes.context", env: []string{"HSBX_KUBE_CONTEXT"}, flag: "--kube-context", ptr: &k.Context},
+		{key: "kubernetes.namespace", env: []string{"HSBX_KUBE_NAMESPACE"}, flag: "--kube-namespace", ptr: &k.Namespace},
 	}
 }
 
@@ -322,7 +333,7 @@ func loadFile(fields []field, path, text string) error {
 	}
 	for _, k := range md.Keys() {
 		key := k.String()
-		if _, ok := lookup(fields, key); ok || key == "sandbox" || key == "reaper" {
+		if _, ok := lookup(fields, key); ok || key == "sandbox" || key == "reaper" || key == "kubernetes" {
 			continue
 		}
 		if strings.HasPrefix(key, "sandbox.env.") {
@@ -330,7 +341,7 @@ func loadFile(fields []field, path, text string) error {
 		}
 		return &Error{Source: src(key), Key: key, Msg: "unknown key" + suggest(fields, key)}
 	}
-	for _, table := range []string{"sandbox", "reaper"} {
+	for _, table := range []string{"sandbox", "reaper", "kubernetes"} {
 		if v, ok := raw[table]; ok {
 			if _, isTable := v.(map[string]any); !isTable {
 				return &Error{Source: src(table), Key: table, Msg: "want a table ([" + table + "])"}

@@ -17,7 +17,16 @@ type Dialect string
 const (
 	Docker Dialect = "docker"
 	Podman Dialect = "podman"
+	// Kubectl drives a Kubernetes cluster through kubectl: a sandbox is a
+	// Pod (runtime/kubectl).
+	Kubectl Dialect = "kubectl"
 )
+
+// ExecMarker is the variable hsbx sets in every command it runs in a
+// sandbox, with a value unique to the command: the processes carrying it
+// are the command's (to stop them on a timeout or signal, and, where the
+// engine cannot list exec sessions, to tell which commands run).
+const ExecMarker = "HSBX_EXEC_ID"
 
 // State is a container's lifecycle state, normalised across engines.
 type State string
@@ -31,6 +40,9 @@ const (
 	StateRestarting State = "restarting"
 	StateRemoving   State = "removing"
 	StateStopping   State = "stopping"
+	// StateStarting is a Pod the cluster is still bringing up (scheduling,
+	// pulling its image, creating its container): alive, not yet running.
+	StateStarting State = "starting"
 	StateExited     State = "exited"
 	StateDead       State = "dead"
 	StateUnknown    State = "unknown"

@@ -181,7 +181,7 @@ func pick(cs []runtime.Container) (runtime.Container, bool) {
 			return 0
 		case runtime.StatePaused:
 			return 1
-		case runtime.StateRestarting, runtime.StateStopping, runtime.StateUnknown:
+		case runtime.StateRestarting, runtime.StateStopping, runtime.StateStarting, runtime.StateUnknown:
 			return 2
 		case runtime.StateCreated, runtime.StateExited:
 			return 3

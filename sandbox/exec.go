@@ -39,7 +39,7 @@ type Command struct {
 // ExecIDVar marks every process a command starts (the variable is
 // inherited), so the whole tree can be found and killed in the sandbox.
 // It is reserved: a Command.Env entry for it is refused.
-const ExecIDVar = "HSBX_EXEC_ID"
+const ExecIDVar = runtime.ExecMarker
 
 // ErrCommandTimeout is returned (wrapped in *InterruptedError) when Command.Timeout fired.
 var ErrCommandTimeout = errors.New("command timed out")

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/hsbx/hsbx/runtime/kubectl"
 )
 
 // The Hermes backend's label sanitizer tests, translated.
@@ -78,5 +80,11 @@ func TestHermesLabels(t *testing.T) {
 	}
 	if (Key{Profile: "x", Task: "y"}).Matches(map[string]string{"hermes-agent": "1", "hermes-task-id": "y", "hermes-profile": "x"}) {
 		t.Errorf("a Hermes-made container (no hsbx.key) must not match")
+	}
+}
+
+func TestNonceLabelIsTheKubectlRuntimes(t *testing.T) {
+	if LabelNonce != kubectl.NonceLabel {
+		t.Fatalf("sandbox.LabelNonce %q != kubectl.NonceLabel %q: the kubectl runtime deletes finished Pods by it", LabelNonce, kubectl.NonceLabel)
 	}
 }

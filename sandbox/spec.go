@@ -314,6 +314,13 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 		return runtime.RunSpec{}, nil, err
 	}
 	var warnings []string
+	persistent := s.Persistent
+	if h.Dialect == runtime.Kubectl {
+		var err error
+		if persistent, warnings, err = kubeLimits(s); err != nil {
+			return runtime.RunSpec{}, nil, err
+		}
+	}
 	cwd := s.Cwd
 	if s.MountCwdToWorkspace && !s.Explicit["cwd"] {
 		cwd = "/workspace"
@@ -359,6 +366,13 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 		if !l.on {
 			continue
 		}
+		if h.Dialect == runtime.Kubectl && l.setting == "pids_limit" {
+			if s.Explicit[l.setting] {
+				return runtime.RunSpec{}, nil, &SpecError{l.setting, "Kubernetes sets the pids limit per node (the kubelet's podPidsLimit), not per Pod; set pids_limit = 0 and ask the cluster's administrator"}
+			}
+			warnings = append(warnings, fmt.Sprintf("Kubernetes sets the pids limit per node, not per Pod: default pids_limit %s left off", l.value))
+			continue
+		}
 		if h.limitsIgnored() {
 			if s.Explicit[l.setting] {
 				return runtime.RunSpec{}, nil, &SpecError{l.setting, fmt.Sprintf("this %s engine is rootless on cgroups v1 and cannot enforce %s %s; set %s = 0 or use a rootful engine or a cgroups v2 host", h.Dialect, l.flag, l.value, l.setting)}
@@ -393,12 +407,12 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 	switch {
 	case s.MountCwdToWorkspace:
 		args = append(args, "-v", m.CallerCwd+":/workspace")
-	case s.Persistent:
+	case persistent:
 		args = append(args, "-v", m.Workspace+":/workspace")
 	default:
 		args = append(args, "--tmpfs", "/workspace:rw,exec,size=1g")
 	}
-	if s.Persistent {
+	if persistent {
 		args = append(args, "-v", m.Home+":/root")
 	} else {
 		args = append(args, "--tmpfs", "/root:rw,exec,size=256m")
@@ -419,6 +433,30 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 		Name: name, Labels: labels, Env: env, Args: args,
 		Image: s.Image, Cmd: []string{"sleep", "infinity"},
 	}, warnings, nil
+}
+
+// kubeLimits checks a spec against what the kubectl runtime can do (a
+// Pod, on a cluster with no storage class hsbx uses yet and a CNI that may
+// not enforce NetworkPolicy): what it cannot do is an error when the user
+// chose it and a warning when it is a default, as for a rootless engine.
+// It returns whether /workspace and /root can persist (not yet: they are
+// the Pod's memory-backed emptyDirs).
+func kubeLimits(s Spec) (persistent bool, warnings []string, err error) {
+	switch {
+	case !s.Network:
+		return false, nil, &SpecError{"network", "an air-gapped Pod needs a NetworkPolicy that the cluster's CNI enforces, which the kubectl runtime does not create or check yet; it will not make a Pod that looks air-gapped but is not: set network = true, or use docker or podman"}
+	case s.DiskMB > 0:
+		return false, nil, &SpecError{"disk", "the kubectl runtime does not set ephemeral-storage limits yet; set disk = 0"}
+	case len(s.Volumes) > 0:
+		return false, nil, &SpecError{"volumes", "a Pod cannot bind host paths; remove volumes for the kubectl runtime"}
+	case s.MountCwdToWorkspace:
+		return false, nil, &SpecError{"mount_cwd_to_workspace", "a Pod cannot bind the caller's directory; set mount_cwd_to_workspace = false for the kubectl runtime"}
+	case s.Persistent && s.Explicit["persistent"]:
+		return false, nil, &SpecError{"persistent", "the kubectl runtime keeps /workspace and /root in the Pod (no PersistentVolumeClaim yet), so they do not survive the Pod being deleted (stop, down, reap); set persistent = false"}
+	case s.Persistent:
+		warnings = append(warnings, "on Kubernetes, /workspace and /root live in the Pod (memory-backed, no PersistentVolumeClaim yet) and are lost when the Pod is deleted: stop, down and the reaper delete it")
+	}
+	return false, warnings, nil
 }
 
 // MemoryMounts are the sandbox paths this spec mounts as tmpfs: /tmp,

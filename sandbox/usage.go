@@ -133,13 +133,20 @@ func removeMarker(stateDir, keyHash string) {
 	}
 }
 
-// isHexID reports whether s is a full container id (64 hex digits).
+// isHexID reports whether s is a full container id: 64 hex digits
+// (docker, podman), or a Pod's "UID/NAME" (kubectl: a 36-character uid
+// and a DNS-1123 name).
 func isHexID(s string) bool {
-	if len(s) != 64 {
-		return false
+	if uid, name, ok := strings.Cut(s, "/"); ok {
+		return len(uid) == 36 && onlyChars(uid, "0123456789abcdef-") && name != "" && len(name) <= 253 &&
+			onlyChars(name, "abcdefghijklmnopqrstuvwxyz0123456789-.")
 	}
+	return len(s) == 64 && onlyChars(s, "0123456789abcdef")
+}
+
+func onlyChars(s, set string) bool {
 	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+		if !strings.ContainsRune(set, c) {
 			return false
 		}
 	}

@@ -47,12 +47,14 @@ const (
 // checks them with the environment and the file (flag > env > file >
 // default), and `hsbx config` shows them with their source.
 type Globals struct {
-	Runtime       string           `predictor:"runtime" help:"Engine to drive: docker, podman, another name on PATH, or a path (runtime; env HSBX_RUNTIME, HERMES_DOCKER_BINARY; default auto-detect)." placeholder:"NAME|PATH"`
+	Runtime       string           `predictor:"runtime" help:"Engine to drive: docker, podman, kubectl (a Kubernetes cluster; never auto-detected), another name on PATH, or a path (runtime; env HSBX_RUNTIME, HERMES_DOCKER_BINARY; default auto-detect)." placeholder:"NAME|PATH"`
 	Profile       string           `help:"Profile whose sandboxes to act on (profile; env HSBX_PROFILE; default \"default\")." placeholder:"NAME"`
 	Config        string           `help:"Configuration file (env HSBX_CONFIG; default $$XDG_CONFIG_HOME/hsbx/config.toml)." placeholder:"FILE"`
 	JSON          bool             `help:"Print machine-readable JSON instead of text."`
 	LogLevel      string           `predictor:"level" help:"Log to stderr at this level: debug (shows every engine call), info, warn, error (log_level; env HSBX_LOG_LEVEL; default warn)." placeholder:"LEVEL"`
 	EngineTimeout string           `help:"Give up on an engine call that has not answered after this long: a duration like 30s, or seconds; run gets 4x, copies 10x; a missing image is pulled first under pull_timeout (env HSBX_PULL_TIMEOUT; default 10m); exec's command has no limit once the engine has answered (engine_timeout; env HSBX_ENGINE_TIMEOUT; default 60s)." placeholder:"DUR"`
+	KubeContext   string           `help:"kubectl runtime: the kubeconfig context to use (kubernetes.context; env HSBX_KUBE_CONTEXT; default the current context)." placeholder:"NAME"`
+	KubeNamespace string           `help:"kubectl runtime: the namespace sandboxes live in (kubernetes.namespace; env HSBX_KUBE_NAMESPACE; default the context's namespace)." placeholder:"NAME"`
 	Version       kong.VersionFlag `help:"Print hsbx's version and exit."`
 }
 
@@ -60,7 +62,8 @@ type Globals struct {
 // those of the selected command.
 func (g *Globals) flags() []config.Flag {
 	return given(config.Flag{Key: "runtime", Value: g.Runtime, Name: "--runtime"}, config.Flag{Key: "profile", Value: g.Profile, Name: "--profile"},
-		config.Flag{Key: "log_level", Value: g.LogLevel, Name: "--log-level"}, config.Flag{Key: "engine_timeout", Value: g.EngineTimeout, Name: "--engine-timeout"})
+		config.Flag{Key: "log_level", Value: g.LogLevel, Name: "--log-level"}, config.Flag{Key: "engine_timeout", Value: g.EngineTimeout, Name: "--engine-timeout"},
+		config.Flag{Key: "kubernetes.context", Value: g.KubeContext, Name: "--kube-context"}, config.Flag{Key: "kubernetes.namespace", Value: g.KubeNamespace, Name: "--kube-namespace"})
 }
 
 // given keeps the setting flags that were given on the command line.

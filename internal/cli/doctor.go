@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/hsbx/hsbx/config"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
+	"github.com/hsbx/hsbx/runtime/kubectl"
 )
 
 // DoctorCmd reports the engine hsbx would drive and whether it works.
@@ -26,6 +28,15 @@ type doctorReport struct {
 	// Channel is the exec channel here: "on (agent PATH)", "off (...)" or
 	// "unavailable: why" (commands then take the plain exec path).
 	Channel string `json:"exec_channel"`
+	// Kubernetes is the kubectl runtime's context, namespace and
+	// permissions there.
+	Kubernetes *kubeReport `json:"kubernetes,omitempty"`
+}
+
+type kubeReport struct {
+	Context     string          `json:"context"`
+	Namespace   string          `json:"namespace"`
+	Permissions map[string]bool `json:"permissions"`
 }
 
 // Run implements the command: detection (always asking the binary, never
@@ -38,9 +49,13 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 	r.Client = found.ClientVersion
 	if err == nil {
 		var info runtime.Info
-		info, err = detect.New(found, o.Engine).Info(ctx)
+		rt := detect.New(found, o.Engine)
+		info, err = rt.Info(ctx)
 		if err == nil {
 			r.Reachable, r.Rootless, r.Version = true, info.Rootless, info.ServerVersion
+		}
+		if k, ok := rt.(*kubectl.Runtime); ok && err == nil {
+			r.Kubernetes, err = kubeDoctor(ctx, k)
 		}
 	}
 	if err != nil {
@@ -72,6 +87,17 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 			show("reachable", "no")
 		}
 		show("exec channel", r.Channel)
+		if k := r.Kubernetes; k != nil {
+			show("context", k.Context)
+			show("namespace", k.Namespace)
+			for _, p := range kubectl.Permissions {
+				verdict := "no"
+				if k.Permissions[strings.Join(p, " ")] {
+					verdict = "yes"
+				}
+				show("can "+strings.Join(p, " "), verdict)
+			}
+		}
 	}
 	if !app.G.JSON {
 		for _, w := range config.Warnings(app.lookupEnv) {
@@ -85,4 +111,30 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 		return &exitError{code: ExitEngine, err: fmt.Errorf("no usable container engine: %w", err)}
 	}
 	return nil
+}
+
+// kubeDoctor reports where the kubectl runtime works and whether it may
+// make, reach and remove Pods there; missing permissions are the error.
+func kubeDoctor(ctx context.Context, k *kubectl.Runtime) (*kubeReport, error) {
+	kc, ns, err := k.Where(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &kubeReport{Context: kc, Namespace: ns, Permissions: map[string]bool{}}
+	var missing []string
+	for _, p := range kubectl.Permissions {
+		ok, err := k.CanI(ctx, p...)
+		if err != nil {
+			return r, err
+		}
+		r.Permissions[strings.Join(p, " ")] = ok
+		if !ok {
+			missing = append(missing, strings.Join(p, " "))
+		}
+	}
+	if len(missing) > 0 {
+		return r, fmt.Errorf("%w: in namespace %s (context %s) this user may not %s; ask the cluster's administrator for a Role that allows it, or choose another namespace (--kube-namespace)",
+			runtime.ErrEngine, ns, kc, strings.Join(missing, ", "))
+	}
+	return r, nil
 }

@@ -1,5 +1,8 @@
 // Package detect finds the engine CLI to drive and decides its dialect.
 //
+// kubectl is driven only when chosen (--runtime kubectl or a path to one):
+// automatic detection looks for a local engine.
+//
 // Order: Options.Runtime (a name looked up on PATH, or a path: hsbx's
 // configuration resolves it from --runtime, HSBX_RUNTIME,
 // HERMES_DOCKER_BINARY or the file), then docker on PATH, podman on PATH,
@@ -12,6 +15,7 @@ package detect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +28,7 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/docker"
 	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/runtime/kubectl"
 	"github.com/hsbx/hsbx/runtime/podman"
 )
 
@@ -85,8 +90,11 @@ func Open(ctx context.Context, o Options) (runtime.Runtime, Found, error) {
 
 // New returns the Runtime for a found binary.
 func New(f Found, o enginecli.Options) runtime.Runtime {
-	if f.Dialect == runtime.Podman {
+	switch f.Dialect {
+	case runtime.Podman:
 		return podman.New(f.Path, o)
+	case runtime.Kubectl:
+		return kubectl.New(f.Path, o)
 	}
 	return docker.New(f.Path, o)
 }
@@ -142,7 +150,7 @@ func resolve(o Options, s string) (string, error) {
 	if !strings.ContainsRune(s, os.PathSeparator) {
 		p, err := o.LookPath(s)
 		if err != nil {
-			for _, known := range []string{"docker", "podman"} {
+			for _, known := range []string{"docker", "podman", "kubectl"} {
 				if s != known && near(s, known) {
 					return "", fmt.Errorf("not found on PATH (did you mean %s?)", known)
 				}
@@ -190,13 +198,37 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 	}
 	line := enginecli.FirstLine(string(res.Stdout))
 	d, ok := DialectOf(line)
+	if !ok && res.ExitCode != 0 && strings.Contains(string(res.Stderr), "unknown flag: --version") {
+		// kubectl has no --version; its `version --client` says what it is.
+		d, line, ok = identifyKubectl(ctx, runner, o, path)
+		res.ExitCode = 0
+	}
 	if !ok || res.ExitCode != 0 {
-		return "", line, fmt.Errorf("%w: `%s --version` printed %q (exit %d); expected docker or podman", runtime.ErrUnsupported, path, line, res.ExitCode)
+		return "", line, fmt.Errorf("%w: `%s --version` printed %q (exit %d); expected docker, podman or kubectl", runtime.ErrUnsupported, path, line, res.ExitCode)
 	}
 	if keyErr == nil && o.CacheDir != "" {
 		cachefile.Put(filepath.Join(o.CacheDir, cacheFile), key, d) // a failed write costs a --version next time
 	}
 	return d, line, nil
+}
+
+// identifyKubectl asks a binary that has no --version whether it is
+// kubectl (`version --client -o json`); the line it returns reads like
+// the other engines' ("kubectl version v1.34.4").
+func identifyKubectl(ctx context.Context, runner *proc.Runner, o Options, path string) (runtime.Dialect, string, bool) {
+	res, err := runner.Run(ctx, proc.Cmd{Argv: []string{path, "version", "--client", "-o", "json"}, Env: o.Engine.Env, Timeout: 15 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		return "", "", false
+	}
+	var v struct {
+		Client *struct {
+			GitVersion string `json:"gitVersion"`
+		} `json:"clientVersion"`
+	}
+	if json.Unmarshal(res.Stdout, &v) != nil || v.Client == nil || v.Client.GitVersion == "" {
+		return "", "", false
+	}
+	return runtime.Kubectl, "kubectl version " + strings.TrimPrefix(v.Client.GitVersion, "v"), true
 }
 
 // ClientVersion reads the version from the first line `--version` prints

@@ -84,6 +84,17 @@ type Options struct {
 	// Timeout bounds every engine call except exec (default 60s); run gets
 	// four times as long, since it may pull an image.
 	Timeout time.Duration
+	// Kubernetes says which cluster and namespace the kubectl runtime
+	// works in; docker and podman ignore it.
+	Kubernetes KubeTarget
+}
+
+// KubeTarget names where kubectl works: a kubeconfig context and a
+// namespace ("": the kubeconfig's current context, and that context's
+// namespace or "default").
+type KubeTarget struct {
+	Context   string `json:"context,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // DefaultTimeout bounds an engine call when Options.Timeout is not set.
@@ -136,7 +147,11 @@ func (e *Engine) call(ctx context.Context, op Op, args []string, env map[string]
 	return res, nil
 }
 
-func (e *Engine) runError(argv []string, err error) error {
+func (e *Engine) runError(argv []string, err error) error { return RunError(argv, err) }
+
+// RunError turns a failure to run an engine CLI at all (timeout, missing
+// binary, cancelled caller) into the runtime's errors.
+func RunError(argv []string, err error) error {
 	var te *proc.TimeoutError
 	switch {
 	case errors.As(err, &te):

@@ -1,16 +1,19 @@
-// Package kubectl is the kubectl dialect's parsing and classification: what
-// `kubectl get pods -o json`, `kubectl exec` and kubectl's errors mean, read
-// from outputs captured on a real cluster (testdata/kube, by
-// scripts/capture-kube.sh, kubectl and Kubernetes v1.34). It is the first
-// part of the kubectl runtime; the Runtime over kubectl is not written yet.
+// Package kubectl is the kubectl runtime: runtime.Runtime over a
+// Kubernetes cluster, driven through the kubectl binary (no client
+// library), and the parsing and classification of what kubectl prints,
+// read from outputs captured on a real cluster (testdata/kube, by
+// scripts/capture-kube.sh, kubectl and Kubernetes v1.34).
 //
-// A sandbox there is a Pod: its name is the container name, its uid the
-// id (a Pod deleted and made again under the same name has a new uid), its
-// labels the labels, with the exact values kept in annotations of the same
-// names where a label value cannot hold them.
+// A sandbox there is a Pod: its name is the container name made valid
+// (PodName), its uid pins its identity (a Pod deleted and made again
+// under the same name has a new uid), its labels the labels, with the
+// exact values kept in annotations of the same names where a label value
+// cannot hold them.
 package kubectl
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +30,9 @@ type pod struct {
 	Kind     string `json:"kind"`
 	Metadata struct {
 		Name              string            `json:"name"`
+		Namespace         string            `json:"namespace"`
 		UID               string            `json:"uid"`
+		ResourceVersion   string            `json:"resourceVersion"`
 		Labels            map[string]string `json:"labels"`
 		Annotations       map[string]string `json:"annotations"`
 		CreationTimestamp string            `json:"creationTimestamp"`
@@ -62,10 +67,27 @@ type containerStatus struct {
 }
 
 // ParsePods reads `kubectl get pods -o json` (a List) or `kubectl get pod
-// NAME -o json` (one Pod) into containers: ID the uid, Name the pod's name,
-// State from the phase and the first container's state, Labels the labels
-// with annotations of the same names overriding them (exact values).
+// NAME -o json` (one Pod) into containers: ID "UID/NAME" (see Runtime),
+// Name the pod's name, State from the phase and the first container's
+// state, Labels the labels with annotations of the same names overriding
+// them (exact values).
 func ParsePods(out []byte) ([]runtime.Container, error) {
+	ps, err := parsePods(out)
+	if err != nil {
+		return nil, err
+	}
+	cs := make([]runtime.Container, 0, len(ps))
+	for _, p := range ps {
+		c, err := p.container()
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+func parsePods(out []byte) ([]pod, error) {
 	var head struct {
 		Kind  string            `json:"kind"`
 		Items []json.RawMessage `json:"items"`
@@ -81,26 +103,22 @@ func ParsePods(out []byte) ([]runtime.Container, error) {
 	default:
 		return nil, fmt.Errorf("kubectl get: kind %q, want List or Pod", head.Kind)
 	}
-	cs := make([]runtime.Container, 0, len(raws))
+	ps := make([]pod, 0, len(raws))
 	for _, raw := range raws {
 		var p pod
 		if err := json.Unmarshal(raw, &p); err != nil {
 			return nil, fmt.Errorf("kubectl get: %w", err)
 		}
-		if p.Metadata.Name == "" || p.Metadata.UID == "" {
+		if p.Metadata.Name == "" || p.Metadata.UID == "" || strings.Contains(p.Metadata.UID, "/") {
 			return nil, errors.New("kubectl get: a pod without name or uid")
 		}
-		c, err := p.container()
-		if err != nil {
-			return nil, err
-		}
-		cs = append(cs, c)
+		ps = append(ps, p)
 	}
-	return cs, nil
+	return ps, nil
 }
 
 func (p pod) container() (runtime.Container, error) {
-	c := runtime.Container{ID: p.Metadata.UID, Name: p.Metadata.Name, State: p.state(), Labels: map[string]string{}}
+	c := runtime.Container{ID: ID(p.Metadata.UID, p.Metadata.Name), Name: p.Metadata.Name, State: p.state(), Labels: map[string]string{}}
 	for k, v := range p.Metadata.Labels {
 		c.Labels[k] = v
 	}
@@ -132,8 +150,10 @@ func (p pod) container() (runtime.Container, error) {
 
 // state maps a pod to hsbx's states. A pod being deleted is removing; one
 // whose container runs is running; Succeeded and Failed are exited;
-// Pending (image not there yet, or never to come) is created; anything
-// else is unknown, which callers treat as alive.
+// Pending is starting while the cluster works on it (scheduling, pulling,
+// creating) and created when its container waits for what will not come
+// (an image it may not pull, a bad configuration); anything else is
+// unknown, which callers treat as alive.
 func (p pod) state() runtime.State {
 	if p.Metadata.DeletionTimestamp != "" {
 		return runtime.StateRemoving
@@ -147,7 +167,10 @@ func (p pod) state() runtime.State {
 	case "Succeeded", "Failed":
 		return runtime.StateExited
 	case "Pending":
-		return runtime.StateCreated
+		if reason, _ := p.waiting(); fatalWaiting[reason] != nil {
+			return runtime.StateCreated // waiting for what will not come: never started
+		}
+		return runtime.StateStarting // the cluster is still bringing it up
 	}
 	return runtime.StateUnknown
 }
@@ -160,11 +183,23 @@ func Waiting(out []byte) (reason, message string, err error) {
 	if err := json.Unmarshal(out, &p); err != nil {
 		return "", "", fmt.Errorf("kubectl get: %w", err)
 	}
+	reason, message = p.waiting()
+	return reason, message, nil
+}
+
+func (p pod) waiting() (reason, message string) {
 	if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Waiting == nil {
-		return "", "", nil
+		return "", ""
 	}
 	w := p.Status.ContainerStatuses[0].State.Waiting
-	return w.Reason, w.Message, nil
+	return w.Reason, w.Message
+}
+
+// randomHex is 16 random hex digits, for temporary names.
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func timestamp(s string) (time.Time, error) {

@@ -53,7 +53,7 @@ func TestParsePodsCaptured(t *testing.T) {
 		if c.State != want {
 			t.Errorf("%s: state %s, want %s", name, c.State, want)
 		}
-		if len(c.ID) != 36 || c.Labels["hsbx.task"] != name || c.Labels["hermes-agent"] != "1" || c.Image == "" || c.Created.IsZero() {
+		if uid, pn, _ := strings.Cut(c.ID, "/"); len(uid) != 36 || pn != name || c.Labels["hsbx.task"] != name || c.Labels["hermes-agent"] != "1" || c.Image == "" || c.Created.IsZero() {
 			t.Errorf("%s: %+v", name, c)
 		}
 	}

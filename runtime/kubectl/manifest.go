@@ -1,0 +1,322 @@
+package kubectl
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// ContainerName is the name of the sandbox's one container in its Pod.
+const ContainerName = "sandbox"
+
+// The Pod manifest hsbx sends (`kubectl create -f -`): only the fields it
+// sets, so the cluster's defaults apply to the rest.
+type podManifest struct {
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Metadata   objectMeta  `json:"metadata"`
+	Spec       podSpecJSON `json:"spec"`
+}
+
+type objectMeta struct {
+	Name        string            `json:"name"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type podSpecJSON struct {
+	RestartPolicy                 string          `json:"restartPolicy"`
+	ShareProcessNamespace         *bool           `json:"shareProcessNamespace,omitempty"`
+	AutomountServiceAccountToken  *bool           `json:"automountServiceAccountToken"`
+	EnableServiceLinks            *bool           `json:"enableServiceLinks"`
+	TerminationGracePeriodSeconds *int64          `json:"terminationGracePeriodSeconds,omitempty"`
+	SecurityContext               *podSecurity    `json:"securityContext,omitempty"`
+	Containers                    []containerJSON `json:"containers"`
+	Volumes                       []volumeJSON    `json:"volumes,omitempty"`
+}
+
+type podSecurity struct {
+	SeccompProfile *seccompProfile `json:"seccompProfile,omitempty"`
+}
+
+type seccompProfile struct {
+	Type string `json:"type"`
+}
+
+type containerJSON struct {
+	Name            string             `json:"name"`
+	Image           string             `json:"image"`
+	ImagePullPolicy string             `json:"imagePullPolicy"`
+	Command         []string           `json:"command,omitempty"`
+	WorkingDir      string             `json:"workingDir,omitempty"`
+	Env             []envVar           `json:"env,omitempty"`
+	Resources       *resources         `json:"resources,omitempty"`
+	SecurityContext *containerSecurity `json:"securityContext"`
+	VolumeMounts    []volumeMount      `json:"volumeMounts,omitempty"`
+}
+
+type envVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+type resources struct {
+	Limits map[string]string `json:"limits,omitempty"`
+}
+
+type containerSecurity struct {
+	AllowPrivilegeEscalation *bool           `json:"allowPrivilegeEscalation,omitempty"`
+	Capabilities             *capabilities   `json:"capabilities,omitempty"`
+	SeccompProfile           *seccompProfile `json:"seccompProfile,omitempty"`
+	RunAsUser                *int64          `json:"runAsUser,omitempty"`
+	RunAsGroup               *int64          `json:"runAsGroup,omitempty"`
+}
+
+type capabilities struct {
+	Add  []string `json:"add,omitempty"`
+	Drop []string `json:"drop,omitempty"`
+}
+
+type volumeMount struct {
+	Name      string `json:"name"`
+	MountPath string `json:"mountPath"`
+}
+
+type volumeJSON struct {
+	Name     string        `json:"name"`
+	EmptyDir *emptyDirJSON `json:"emptyDir"`
+}
+
+type emptyDirJSON struct {
+	Medium    string `json:"medium,omitempty"`
+	SizeLimit string `json:"sizeLimit,omitempty"`
+}
+
+// Manifest renders a RunSpec as the Pod hsbx creates. RunSpec.Args are the
+// docker run flags sandbox.BuildRun writes (hardening, limits, memory
+// mounts, user); each is mapped to its Pod field, and a flag with no Pod
+// equivalent (a host bind mount, --network, an extra_args flag hsbx does not
+// know) is an error naming it, never silently dropped:
+//
+//   - --init: shareProcessNamespace (the pause container is PID 1 and reaps)
+//   - -w: workingDir
+//   - --cap-drop/--cap-add: capabilities.drop/add
+//   - --security-opt no-new-privileges: allowPrivilegeEscalation false
+//   - --tmpfs PATH:opts and --shm-size: memory-backed emptyDirs with the
+//     size as sizeLimit (mount options such as noexec have no equivalent)
+//   - --cpus, --memory: resources.limits
+//   - --user UID:GID: runAsUser/runAsGroup
+//
+// Always: seccomp RuntimeDefault, no service-account token, no service
+// links, restartPolicy Never, imagePullPolicy IfNotPresent. Label values a
+// label cannot hold are made valid (LabelValue) and kept exactly in an
+// annotation of the same name. Env values go into the manifest, which
+// kubectl reads from stdin: never on a command line.
+func Manifest(s runtime.RunSpec) ([]byte, error) {
+	if s.Image == "" {
+		return nil, fmt.Errorf("run: no image given")
+	}
+	name := PodName(s.Name)
+	if name == "" {
+		return nil, fmt.Errorf("run: %q gives no valid Pod name", s.Name)
+	}
+	yes, no := true, false
+	grace := int64(10)
+	sec := &containerSecurity{SeccompProfile: &seccompProfile{Type: "RuntimeDefault"}}
+	c := containerJSON{Name: ContainerName, Image: s.Image, ImagePullPolicy: "IfNotPresent", Command: s.Cmd, SecurityContext: sec}
+	p := podManifest{APIVersion: "v1", Kind: "Pod", Metadata: objectMeta{Name: name},
+		Spec: podSpecJSON{RestartPolicy: "Never", AutomountServiceAccountToken: &no, EnableServiceLinks: &no,
+			TerminationGracePeriodSeconds: &grace, SecurityContext: &podSecurity{SeccompProfile: &seccompProfile{Type: "RuntimeDefault"}}}}
+	labels, annotations := map[string]string{}, map[string]string{}
+	for k, v := range s.Labels {
+		lv := LabelValue(v)
+		labels[k] = lv
+		if lv != v {
+			annotations[k] = v
+		}
+	}
+	p.Metadata.Labels = labels
+	if len(annotations) > 0 {
+		p.Metadata.Annotations = annotations
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		c.Env = append(c.Env, envVar{Name: k, Value: s.Env[k]})
+	}
+	memDir := func(path, size string) error {
+		q, err := Quantity(size)
+		if err != nil {
+			return err
+		}
+		vn := fmt.Sprintf("mem-%d", len(p.Spec.Volumes))
+		p.Spec.Volumes = append(p.Spec.Volumes, volumeJSON{Name: vn, EmptyDir: &emptyDirJSON{Medium: "Memory", SizeLimit: q}})
+		c.VolumeMounts = append(c.VolumeMounts, volumeMount{Name: vn, MountPath: path})
+		return nil
+	}
+	limits := map[string]string{}
+	args := s.Args
+	for i := 0; i < len(args); i++ {
+		flag, val, hasVal := strings.Cut(args[i], "=")
+		if !strings.HasPrefix(flag, "--") {
+			hasVal = false
+			flag, val = args[i], ""
+		}
+		needs := func() (string, error) {
+			if hasVal {
+				return val, nil
+			}
+			if i+1 >= len(args) {
+				return "", fmt.Errorf("run flag %s has no value", flag)
+			}
+			i++
+			return args[i], nil
+		}
+		var err error
+		switch flag {
+		case "--init":
+			p.Spec.ShareProcessNamespace = &yes
+		case "-w", "--workdir":
+			c.WorkingDir, err = needs()
+		case "--cap-drop", "--cap-add":
+			var v string
+			if v, err = needs(); err == nil {
+				if sec.Capabilities == nil {
+					sec.Capabilities = &capabilities{}
+				}
+				if flag == "--cap-drop" {
+					sec.Capabilities.Drop = append(sec.Capabilities.Drop, strings.ToUpper(v))
+				} else {
+					sec.Capabilities.Add = append(sec.Capabilities.Add, strings.ToUpper(strings.TrimPrefix(v, "CAP_")))
+				}
+			}
+		case "--security-opt":
+			var v string
+			if v, err = needs(); err == nil {
+				if v != "no-new-privileges" && v != "no-new-privileges:true" {
+					err = unsupported(flag + " " + v)
+				}
+				sec.AllowPrivilegeEscalation = &no
+			}
+		case "--tmpfs":
+			var v string
+			if v, err = needs(); err == nil {
+				path, opts, _ := strings.Cut(v, ":")
+				size := ""
+				for o := range strings.SplitSeq(opts, ",") {
+					if sz, ok := strings.CutPrefix(o, "size="); ok {
+						size = sz
+					}
+				}
+				err = memDir(path, size)
+			}
+		case "--shm-size":
+			var v string
+			if v, err = needs(); err == nil {
+				err = memDir("/dev/shm", v)
+			}
+		case "--cpus":
+			var v string
+			if v, err = needs(); err == nil {
+				if f, perr := strconv.ParseFloat(v, 64); perr != nil || f <= 0 {
+					err = fmt.Errorf("--cpus %q is not a positive number", v)
+				} else {
+					limits["cpu"] = strconv.FormatInt(int64(f*1000+0.5), 10) + "m"
+				}
+			}
+		case "--memory", "-m":
+			var v, q string
+			if v, err = needs(); err == nil {
+				if q, err = Quantity(v); err == nil {
+					limits["memory"] = q
+				}
+			}
+		case "--user", "-u":
+			var v string
+			if v, err = needs(); err == nil {
+				err = setUser(sec, v)
+			}
+		default:
+			err = unsupported(args[i])
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(limits) > 0 {
+		c.Resources = &resources{Limits: limits}
+	}
+	p.Spec.Containers = []containerJSON{c}
+	return json.Marshal(p)
+}
+
+func unsupported(flag string) error {
+	return fmt.Errorf("%w: the run flag %s has no Kubernetes equivalent (a Pod cannot bind host paths, and extra_args take docker/podman flags); remove it for the kubectl runtime", runtime.ErrUnsupported, flag)
+}
+
+func setUser(sec *containerSecurity, v string) error {
+	u, g, hasG := strings.Cut(v, ":")
+	uid, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || uid < 0 {
+		return fmt.Errorf("%w: --user %q: a Pod takes a numeric uid[:gid]", runtime.ErrUnsupported, v)
+	}
+	sec.RunAsUser = &uid
+	if hasG {
+		gid, err := strconv.ParseInt(g, 10, 64)
+		if err != nil || gid < 0 {
+			return fmt.Errorf("%w: --user %q: a Pod takes a numeric uid[:gid]", runtime.ErrUnsupported, v)
+		}
+		sec.RunAsGroup = &gid
+	}
+	return nil
+}
+
+// Quantity turns a docker size (512m, 1g, 64k, 1024, 1.5g) into a
+// Kubernetes quantity (512Mi, 1Gi, 64Ki, 1024). "" stays "" (no limit).
+func Quantity(size string) (string, error) {
+	if size == "" {
+		return "", nil
+	}
+	s := strings.ToLower(strings.TrimSpace(size))
+	s = strings.TrimSuffix(s, "b")
+	unit := ""
+	switch {
+	case strings.HasSuffix(s, "k"):
+		unit = "Ki"
+	case strings.HasSuffix(s, "m"):
+		unit = "Mi"
+	case strings.HasSuffix(s, "g"):
+		unit = "Gi"
+	case strings.HasSuffix(s, "t"):
+		unit = "Ti"
+	}
+	if unit != "" {
+		s = s[:len(s)-1]
+	}
+	n, err := strconv.ParseUint(s, 10, 63)
+	if err != nil || n == 0 {
+		return "", fmt.Errorf("size %q: want a whole number with an optional k, m, g or t suffix", size)
+	}
+	return strconv.FormatUint(n, 10) + unit, nil
+}
+
+// PodName makes a container name a valid Pod name (a DNS-1123 subdomain):
+// lower case, letters, digits, '-' and '.', starting and ending with a
+// letter or digit, at most 253 characters. hsbx's names differ in a hash
+// of the key, so the mapping keeps them apart.
+func PodName(name string) string {
+	b := []byte(strings.ToLower(name))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '.' {
+			b[i] = '-'
+		}
+	}
+	out := string(b)
+	if len(out) > 253 {
+		out = out[:253]
+	}
+	return strings.Trim(out, "-.")
+}
