@@ -48,6 +48,36 @@ type Target struct {
 	// StateDir is a directory the engine's user can use for bind mounts
 	// (the rootless user cannot enter root's home).
 	StateDir string
+	// Kube is the context and namespace of a kubectl target.
+	Kube enginecli.KubeTarget
+}
+
+// Kube returns the real Kubernetes cluster that scripts/kube.sh set up
+// (HSBX_IT_KUBECTL, KUBECONFIG, HSBX_IT_KUBE_IMAGE), with a namespace of
+// its own for this test, deleted afterwards. Without a cluster the test
+// is skipped with a note, or fails when HSBX_REQUIRE_ENGINES=1 (CI).
+func Kube(t *testing.T) Target {
+	t.Helper()
+	bin, image := os.Getenv("HSBX_IT_KUBECTL"), os.Getenv("HSBX_IT_KUBE_IMAGE")
+	if bin == "" || image == "" || os.Getenv("KUBECONFIG") == "" {
+		msg := "real Kubernetes not configured (HSBX_IT_KUBECTL, HSBX_IT_KUBE_IMAGE or KUBECONFIG unset): run `make kube` (scripts/kube.sh) and source its env.sh"
+		if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+			t.Fatalf("%s, but HSBX_REQUIRE_ENGINES=1", msg)
+		}
+		t.Skip("SKIP " + msg)
+	}
+	ns := fmt.Sprintf("hsbx-test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if out, err := exec.Command(bin, "create", "namespace", ns).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl create namespace %s: %v\n%s", ns, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(bin, "delete", "namespace", ns, "--wait=false").CombinedOutput(); err != nil {
+			t.Logf("kubectl delete namespace %s: %v\n%s", ns, err, out)
+		}
+	})
+	dir := t.TempDir()
+	return Target{Name: "kubectl", Bin: bin, Image: image, Env: os.Environ(), StateDir: dir,
+		Kube: enginecli.KubeTarget{Namespace: ns}}
 }
 
 // Targets lists the engines: fakes always, real ones when configured.
@@ -108,7 +138,7 @@ func (tg Target) Open(t *testing.T) runtime.Runtime { return tg.OpenWith(t, nil)
 // OpenWith is Open with a runner of the caller's (to log or count calls).
 func (tg Target) OpenWith(t *testing.T, r *proc.Runner) runtime.Runtime {
 	t.Helper()
-	o := enginecli.Options{Env: tg.Env, Timeout: 60 * time.Second, Runner: r}
+	o := enginecli.Options{Env: tg.Env, Timeout: 60 * time.Second, Runner: r, Kubernetes: tg.Kube}
 	f, err := detect.Find(context.Background(), detect.Options{Runtime: tg.Bin, Engine: o})
 	if err != nil {
 		t.Fatalf("detect %s: %v", tg.Bin, err)
@@ -118,6 +148,9 @@ func (tg Target) OpenWith(t *testing.T, r *proc.Runner) runtime.Runtime {
 
 // Dialect is the dialect the target should be detected as.
 func (tg Target) Dialect() runtime.Dialect {
+	if tg.Name == "kubectl" {
+		return runtime.Kubectl
+	}
 	if strings.Contains(tg.Name, "podman") {
 		return runtime.Podman
 	}

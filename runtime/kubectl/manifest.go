@@ -2,11 +2,13 @@ package kubectl
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -134,6 +136,9 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 			TerminationGracePeriodSeconds: &grace, SecurityContext: &podSecurity{SeccompProfile: &seccompProfile{Type: "RuntimeDefault"}}}}
 	labels, annotations := map[string]string{}, map[string]string{}
 	for k, v := range s.Labels {
+		if !utf8.ValidString(v) {
+			return nil, fmt.Errorf("label %s: the value %q is not valid UTF-8, which a Kubernetes annotation cannot keep exactly", k, v)
+		}
 		lv := LabelValue(v)
 		labels[k] = lv
 		if lv != v {
@@ -241,6 +246,9 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 			}
 		default:
 			err = unsupported(args[i])
+		}
+		if err != nil && !errors.Is(err, runtime.ErrUnsupported) {
+			err = fmt.Errorf("run flag %s: %w", flag, err)
 		}
 		if err != nil {
 			return nil, err

@@ -79,8 +79,8 @@ func (h *tailHold) finish(code int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err == nil && len(h.buf) > 0 {
-		line := strings.TrimSuffix(string(h.buf), "\n")
-		if n, ok := strings.CutPrefix(line, terminatedPrefix); !ok || n != strconv.Itoa(code) || code == 0 {
+		line, complete := strings.CutSuffix(string(h.buf), "\n") // kubectl ends its line
+		if n, ok := strings.CutPrefix(line, terminatedPrefix); !ok || !complete || n != strconv.Itoa(code) || code == 0 {
 			_, h.err = h.dst.Write(h.buf)
 		}
 	}
