@@ -78,12 +78,30 @@ func (e *env) spec() sandbox.Spec {
 	return s
 }
 
+// kube reports whether the target is the Kubernetes cluster.
+func (e *env) kube() bool { return e.tg.Dialect() == runtime.Kubectl }
+
+// skipOnKube skips a behaviour that the README says does not apply to
+// the kubectl runtime.
+func (e *env) skipOnKube(why string) {
+	if e.kube() {
+		e.t.Skip("not on Kubernetes (README, Kubernetes): " + why)
+	}
+}
+
 func (e *env) key(task string) sandbox.Key {
 	return sandbox.Key{Profile: "hsbx-test", Task: e.base + task}
 }
 
+// each runs fn on every target: the fakes, the real engines and the real
+// Kubernetes cluster (where a behaviour differs there by design, the test
+// says so with kube).
 func each(t *testing.T, fn func(t *testing.T, e *env)) {
-	for _, tg := range enginetest.Targets(t) {
+	targets := enginetest.Targets(t)
+	if kt, ok := enginetest.KubeIfConfigured(t); ok {
+		targets = append(targets, kt)
+	}
+	for _, tg := range targets {
 		t.Run(tg.Name, func(t *testing.T) {
 			log := &argvLog{}
 			rt := tg.OpenWith(t, &proc.Runner{Log: slog.New(log)})

@@ -229,6 +229,15 @@ EOF
 {"cniVersion":"1.0.0","name":"hsbx-kube","plugins":[{"type":"bridge","bridge":"hsbxkube0","isGateway":true,"ipMasq":false,"hairpinMode":true,
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"$dir/cni/ipam"}}]}
 EOF
+  # Only one cluster at a time: its ports are fixed. Say so rather than
+  # let etcd fail to bind and the API server time out.
+  if ! running etcd && ! running kube-apiserver; then
+    for port in 2379 2380 6443 10250; do
+      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        die "port $port is in use, most likely by a cluster scripts/kube.sh started in another directory; stop it with scripts/kube.sh --stop THAT_DIR"
+      fi
+    done
+  fi
   say "starting containerd, etcd and the API server"
   running containerd || daemon containerd containerd --config "$dir/containerd/config.toml"
   running etcd || daemon etcd etcd --name hsbx-kube --data-dir "$dir/etcd" \
