@@ -17,8 +17,10 @@ GO          ?= go
 ENGINES_DIR ?= /tmp/hsbx-engines
 FUZZTIME    ?= 60s
 BENCH_OUT   ?= BENCHMARKS.md
-# Sourced when present, so the tests reach the real engines.
-ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi
+KUBE_DIR    ?= /tmp/hsbx-kube
+# Sourced when present, so the tests reach the real engines and cluster.
+ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi; \
+	if [ -f $(KUBE_DIR)/env.sh ]; then . $(KUBE_DIR)/env.sh; fi
 
 .PHONY: build test engines kube lint tools fuzz demo bench clean cross
 
@@ -29,12 +31,13 @@ build:
 test: lint
 	@if [ ! -f $(ENGINES_DIR)/env.sh ]; then \
 	  echo "NOTE: real engines not set up ($(ENGINES_DIR)/env.sh missing): real-engine tests are SKIPPED. Run 'make engines' (root) to include them."; fi
+	@if [ ! -f $(KUBE_DIR)/env.sh ]; then \
+	  echo "NOTE: no Kubernetes cluster ($(KUBE_DIR)/env.sh missing): kubectl tests are SKIPPED. Run 'make kube' (root) to include them."; fi
 	@$(ENGINES_ENV); $(GO) test -count=1 ./...
 
 engines:
 	scripts/engines.sh $(ENGINES_DIR)
 
-KUBE_DIR ?= /tmp/hsbx-kube
 kube:
 	scripts/kube.sh $(KUBE_DIR)
 	scripts/kube.sh --smoke $(KUBE_DIR)

@@ -115,7 +115,7 @@ func TestIdleSweepSparesALiveHolder(t *testing.T) {
 }
 
 func idleSweepSparesBusy(t *testing.T, otherHost, viaChannel bool) {
-	for _, tg := range enginetest.Targets(t) {
+	for _, tg := range withKube(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
 			rt := tg.Open(t)
@@ -185,13 +185,13 @@ func idleSweepSparesBusy(t *testing.T, otherHost, viaChannel bool) {
 // podman's ExecIDs that runs nothing: it must not pin the sandbox against
 // the idle sweep.
 func TestIdleSweepIgnoresFailedExecs(t *testing.T) {
-	for _, tg := range enginetest.Targets(t) {
+	for _, tg := range withKube(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
 			rt := tg.Open(t)
 			profile := fmt.Sprintf("hsbx-typotest-%d", time.Now().UnixNano()%1e9)
 			m, spec := managerFor(t, tg, rt)
-			spec.Network = false
+			spec.Network = tg.Dialect() == runtime.Kubectl // air-gapped Pods are refused
 			sb := m.Sandbox(sandbox.Key{Profile: profile, Task: "typo"}, spec)
 			t.Cleanup(func() { sb.Down(context.Background()) })
 			res, err := sb.Ensure(ctx)
@@ -207,6 +207,103 @@ func TestIdleSweepIgnoresFailedExecs(t *testing.T) {
 				t.Fatalf("idle sweep after a failed exec: removed %+v kept %+v errors %+v (%v)", rep.Removed, rep.Kept, rep.Errors, err)
 			}
 		})
+	}
+}
+
+// withKube is every engine target and the real Kubernetes cluster.
+func withKube(t *testing.T) []enginetest.Target {
+	ts := enginetest.Targets(t)
+	if kt, ok := enginetest.KubeIfConfigured(t); ok {
+		ts = append(ts, kt)
+	}
+	return ts
+}
+
+// On Kubernetes the same verdicts in a constant number of kubectl calls:
+// finished Pods older than the max age go (one delete for all); running
+// ones, younger ones, other profiles' and Pods without our labels stay.
+func TestSweepOnKubernetes(t *testing.T) {
+	tg := enginetest.Kube(t)
+	ctx := context.Background()
+	calls := &counter{}
+	rt := tg.OpenWith(t, &proc.Runner{Log: slog.New(calls)})
+	profile := fmt.Sprintf("hsbx-reaptest-%d", time.Now().UnixNano()%1e9)
+	ours := func(task string) map[string]string {
+		return map[string]string{"hermes-agent": "1", "hermes-profile": profile, "hermes-task-id": task, "hsbx.nonce": "n-" + task}
+	}
+	other := map[string]string{"hermes-agent": "1", "hermes-profile": profile + "-other", "hsbx.nonce": "n-other"}
+	foreign := map[string]string{"hermes-profile": profile, "hsbx.nonce": "n-foreign"}
+	run := func(name string, labels map[string]string, cmd ...string) string {
+		id, err := rt.Run(ctx, runtime.RunSpec{Name: name, Labels: labels, Image: tg.Image, Cmd: cmd})
+		if err != nil {
+			t.Fatalf("run %s: %v", name, err)
+		}
+		return id
+	}
+	waitExited := func(ids ...string) {
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			cs, err := rt.Inspect(ctx, ids...)
+			n := 0
+			for _, c := range cs {
+				if c.State == runtime.StateExited {
+					n++
+				}
+			}
+			if err == nil && n == len(ids) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pods did not finish: %+v %v", cs, err)
+			}
+		}
+	}
+	exited1 := run("exited1", ours("a"), "sleep", "1")
+	exited2 := run("exited2", ours("b"), "sleep", "1")
+	running := run("running", ours("c"), "sleep", "infinity")
+	otherProfile := run("other", other, "sleep", "1")
+	notOurs := run("foreign", foreign, "sleep", "1")
+	waitExited(exited1, exited2, otherProfile, notOurs)
+	time.Sleep(4 * time.Second) // the exited ones age past the max age
+	recent := run("recent", ours("d"), "sleep", "1")
+	waitExited(recent)
+
+	// The cluster reports finish times late and to the second: place "now"
+	// and the max age between the finish times it reports.
+	cs, err := rt.Inspect(ctx, exited1, exited2, recent)
+	if err != nil || len(cs) != 3 {
+		t.Fatalf("inspect: %+v %v", cs, err)
+	}
+	last := cs[0].Finished // the later of the old ones
+	if cs[1].Finished.After(last) {
+		last = cs[1].Finished
+	}
+	gap := cs[2].Finished.Sub(last)
+	if gap < 2*time.Second {
+		t.Fatalf("finish times %v %v %v: want the recent one seconds later", cs[0].Finished, cs[1].Finished, cs[2].Finished)
+	}
+	sw := &reaper.Sweeper{RT: rt}
+	calls.n.Store(0)
+	rep, err := sw.Sweep(ctx, reaper.Options{Profile: profile, MaxAge: 500*time.Millisecond + gap/2, Now: cs[2].Finished.Add(500 * time.Millisecond)}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.n.Load(); n != 6 {
+		t.Errorf("sweep made %d kubectl calls, want 6 (get by label, get by name, and for the removal get, one delete, wait, then get to verify)", n)
+	}
+	gone := map[string]bool{}
+	for _, r := range rep.Removed {
+		gone[r.ID] = true
+	}
+	if len(rep.Removed) != 2 || !gone[exited1] || !gone[exited2] || len(rep.Errors) != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	for name, id := range map[string]string{"running": running, "recent": recent, "other profile": otherProfile, "foreign": notOurs} {
+		if cs, err := rt.Inspect(ctx, id); err != nil || len(cs) != 1 {
+			t.Errorf("%s Pod was touched: %v", name, err)
+		}
+	}
+	if cs, _ := rt.Inspect(ctx, exited1, exited2); len(cs) != 0 {
+		t.Errorf("reported removed but still there: %+v", cs)
 	}
 }
 

@@ -1,9 +1,11 @@
 package kubectl_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os/exec"
 	"strings"
@@ -277,5 +279,51 @@ func TestClusterRemoveFinishedInOneDelete(t *testing.T) {
 	cs, _ := rt.Inspect(ctx, ids...)
 	if len(cs) != 1 || cs[0].ID != ids[3] {
 		t.Errorf("left: %+v; want only the running Pod", cs)
+	}
+}
+
+// Tar streams in and out of a running Pod, memory-backed paths included
+// (kubectl reaches them through the Pod, unlike docker cp).
+func TestClusterCopyStreams(t *testing.T) {
+	tg, rt, _ := open(t)
+	ctx := context.Background()
+	id, err := rt.Run(ctx, spec(tg, "cp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in bytes.Buffer
+	tw := tar.NewWriter(&in)
+	body := strings.Repeat("data, with = and ü\n", 5000)
+	_ = tw.WriteHeader(&tar.Header{Name: "d ir/", Typeflag: tar.TypeDir, Mode: 0o755})
+	_ = tw.WriteHeader(&tar.Header{Name: "d ir/f,=.txt", Mode: 0o644, Size: int64(len(body))})
+	_, _ = tw.Write([]byte(body))
+	_ = tw.Close()
+	if err := rt.CopyIn(ctx, id, "/tmp", &in); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := rt.CopyOut(ctx, id, "/tmp/d ir", &out); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&out)
+	found := false
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if h.Name == "d ir/f,=.txt" {
+			b, _ := io.ReadAll(tr)
+			found = string(b) == body
+		}
+	}
+	if !found {
+		t.Error("the file did not come back out with its content")
+	}
+	if err := rt.CopyOut(ctx, id, "/no/such/path", io.Discard); !errors.Is(err, runtime.ErrNoSuchPath) {
+		t.Errorf("copy out of a missing path: %v", err)
+	}
+	if err := rt.CopyTo(ctx, id, "/etc/hostname", "/tmp"); !errors.Is(err, runtime.ErrUnsupported) {
+		t.Errorf("host-path copy: %v, want ErrUnsupported (not built yet)", err)
 	}
 }
