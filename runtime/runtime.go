@@ -40,12 +40,12 @@ const (
 	StateRestarting State = "restarting"
 	StateRemoving   State = "removing"
 	StateStopping   State = "stopping"
-	// StateStarting is a Pod the cluster is still bringing up (scheduling,
-	// pulling its image, creating its container): alive, not yet running.
-	StateStarting State = "starting"
 	StateExited     State = "exited"
 	StateDead       State = "dead"
 	StateUnknown    State = "unknown"
+	// StateStarting is a Pod the cluster is still bringing up (scheduling,
+	// pulling its image, creating its container): alive, not yet running.
+	StateStarting State = "starting"
 )
 
 // Alive reports whether processes may be running in a container in this

@@ -317,9 +317,10 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 	persistent := s.Persistent
 	if h.Dialect == runtime.Kubectl {
 		var err error
-		if persistent, warnings, err = kubeLimits(s); err != nil {
+		if warnings, err = kubeLimits(s); err != nil {
 			return runtime.RunSpec{}, nil, err
 		}
+		persistent = false // no PersistentVolumeClaim yet: the Pod's own emptyDirs
 	}
 	cwd := s.Cwd
 	if s.MountCwdToWorkspace && !s.Explicit["cwd"] {
@@ -439,24 +440,24 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 // Pod, on a cluster with no storage class hsbx uses yet and a CNI that may
 // not enforce NetworkPolicy): what it cannot do is an error when the user
 // chose it and a warning when it is a default, as for a rootless engine.
-// It returns whether /workspace and /root can persist (not yet: they are
-// the Pod's memory-backed emptyDirs).
-func kubeLimits(s Spec) (persistent bool, warnings []string, err error) {
+// /workspace and /root cannot persist yet: they are the Pod's
+// memory-backed emptyDirs.
+func kubeLimits(s Spec) (warnings []string, err error) {
 	switch {
 	case !s.Network:
-		return false, nil, &SpecError{"network", "an air-gapped Pod needs a NetworkPolicy that the cluster's CNI enforces, which the kubectl runtime does not create or check yet; it will not make a Pod that looks air-gapped but is not: set network = true, or use docker or podman"}
+		return nil, &SpecError{"network", "an air-gapped Pod needs a NetworkPolicy that the cluster's CNI enforces, which the kubectl runtime does not create or check yet; it will not make a Pod that looks air-gapped but is not: set network = true, or use docker or podman"}
 	case s.DiskMB > 0:
-		return false, nil, &SpecError{"disk", "the kubectl runtime does not set ephemeral-storage limits yet; set disk = 0"}
+		return nil, &SpecError{"disk", "the kubectl runtime does not set ephemeral-storage limits yet; set disk = 0"}
 	case len(s.Volumes) > 0:
-		return false, nil, &SpecError{"volumes", "a Pod cannot bind host paths; remove volumes for the kubectl runtime"}
+		return nil, &SpecError{"volumes", "a Pod cannot bind host paths; remove volumes for the kubectl runtime"}
 	case s.MountCwdToWorkspace:
-		return false, nil, &SpecError{"mount_cwd_to_workspace", "a Pod cannot bind the caller's directory; set mount_cwd_to_workspace = false for the kubectl runtime"}
+		return nil, &SpecError{"mount_cwd_to_workspace", "a Pod cannot bind the caller's directory; set mount_cwd_to_workspace = false for the kubectl runtime"}
 	case s.Persistent && s.Explicit["persistent"]:
-		return false, nil, &SpecError{"persistent", "the kubectl runtime keeps /workspace and /root in the Pod (no PersistentVolumeClaim yet), so they do not survive the Pod being deleted (stop, down, reap); set persistent = false"}
+		return nil, &SpecError{"persistent", "the kubectl runtime keeps /workspace and /root in the Pod (no PersistentVolumeClaim yet), so they do not survive the Pod being deleted (stop, down, reap); set persistent = false"}
 	case s.Persistent:
 		warnings = append(warnings, "on Kubernetes, /workspace and /root live in the Pod (memory-backed, no PersistentVolumeClaim yet) and are lost when the Pod is deleted: stop, down and the reaper delete it")
 	}
-	return false, warnings, nil
+	return warnings, nil
 }
 
 // MemoryMounts are the sandbox paths this spec mounts as tmpfs: /tmp,
