@@ -289,6 +289,12 @@ func (r *Runtime) waitRunning(ctx context.Context, id string, bound time.Duratio
 			return &runtime.EngineError{Kind: runtime.ErrEngine, Argv: r.argv("get", "pods", name),
 				Stderr: fmt.Sprintf("pod %s ended before it ran (phase %s)", name, p.Status.Phase)}
 		}
+		if msg := p.unschedulable(); msg != "" {
+			// No node can take it now. A sandbox is wanted now, not when
+			// capacity appears: say why rather than wait out the bound.
+			return &runtime.EngineError{Kind: runtime.ErrEngine, Argv: r.argv("get", "pods", name),
+				Stderr: fmt.Sprintf("pod %s cannot be scheduled: %s (free capacity, or lower the sandbox's cpu/memory)", name, msg)}
+		}
 		if reason, msg := p.waiting(); fatalWaiting[reason] != nil {
 			return &runtime.EngineError{Kind: fatalWaiting[reason], Argv: r.argv("get", "pods", name),
 				Stderr: fmt.Sprintf("pod %s cannot start: %s: %s", name, reason, msg)}

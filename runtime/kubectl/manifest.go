@@ -68,8 +68,15 @@ type envVar struct {
 }
 
 type resources struct {
-	Limits map[string]string `json:"limits,omitempty"`
+	Limits   map[string]string `json:"limits,omitempty"`
+	Requests map[string]string `json:"requests,omitempty"`
 }
+
+// What a sandbox's Pod asks the scheduler to reserve when it has limits.
+const (
+	RequestCPU    = "10m"
+	RequestMemory = "64Mi"
+)
 
 type containerSecurity struct {
 	AllowPrivilegeEscalation *bool           `json:"allowPrivilegeEscalation,omitempty"`
@@ -111,7 +118,8 @@ type emptyDirJSON struct {
 //   - --security-opt no-new-privileges: allowPrivilegeEscalation false
 //   - --tmpfs PATH:opts and --shm-size: memory-backed emptyDirs with the
 //     size as sizeLimit (mount options such as noexec have no equivalent)
-//   - --cpus, --memory: resources.limits
+//   - --cpus, --memory: resources.limits (requests RequestCPU and
+//     RequestMemory: a cap, not a reservation, as on docker)
 //   - --user UID:GID: runAsUser/runAsGroup
 //
 // Always: seccomp RuntimeDefault, no service-account token, no service
@@ -255,7 +263,18 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 		}
 	}
 	if len(limits) > 0 {
-		c.Resources = &resources{Limits: limits}
+		// Limits are caps, as --cpus and --memory are on docker; without
+		// requests Kubernetes would reserve the whole limit on the node
+		// (a 2-core node then holds two default sandboxes). A small
+		// request lets the scheduler pack sandboxes as one docker host
+		// does.
+		c.Resources = &resources{Limits: limits, Requests: map[string]string{}}
+		if _, ok := limits["cpu"]; ok {
+			c.Resources.Requests["cpu"] = RequestCPU
+		}
+		if _, ok := limits["memory"]; ok {
+			c.Resources.Requests["memory"] = RequestMemory
+		}
 	}
 	p.Spec.Containers = []containerJSON{c}
 	return json.Marshal(p)

@@ -56,8 +56,9 @@ func TestManifestMapsHardening(t *testing.T) {
 		*sec.RunAsUser != 1000 || *sec.RunAsGroup != 1001 {
 		t.Errorf("security %+v caps %+v", sec, sec.Capabilities)
 	}
-	if c.Resources.Limits["cpu"] != "1500m" || c.Resources.Limits["memory"] != "5120Mi" {
-		t.Errorf("limits %v", c.Resources.Limits)
+	if c.Resources.Limits["cpu"] != "1500m" || c.Resources.Limits["memory"] != "5120Mi" ||
+		c.Resources.Requests["cpu"] != RequestCPU || c.Resources.Requests["memory"] != RequestMemory {
+		t.Errorf("limits %v requests %v: want the limits as caps and small requests", c.Resources.Limits, c.Resources.Requests)
 	}
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {

@@ -46,6 +46,12 @@ type pod struct {
 	Status struct {
 		Phase             string            `json:"phase"`
 		ContainerStatuses []containerStatus `json:"containerStatuses"`
+		Conditions        []struct {
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"conditions"`
 	} `json:"status"`
 }
 
@@ -193,6 +199,17 @@ func (p pod) waiting() (reason, message string) {
 	}
 	w := p.Status.ContainerStatuses[0].State.Waiting
 	return w.Reason, w.Message
+}
+
+// unschedulable is the scheduler's message when it found no node for the
+// Pod ("" when it did, or has not said).
+func (p pod) unschedulable() string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == "PodScheduled" && c.Status == "False" && c.Reason == "Unschedulable" {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 // randomHex is 16 random hex digits, for temporary names.
