@@ -63,7 +63,7 @@ func runHermesShaped(t *testing.T, e *env, profileLabel, taskLabel string) strin
 	name := fmt.Sprintf("hermes-%08x", time.Now().UnixNano()&0xffffffff)
 	id, err := e.rt.Run(context.Background(), runtime.RunSpec{Name: name, Image: e.tg.Image, Cmd: []string{"sleep", "infinity"},
 		Labels: map[string]string{"hermes-agent": "1", "hermes-task-id": taskLabel, "hermes-profile": profileLabel, "hermes-egress": "off"},
-		Args:   []string{"--init", "--network", "none"}})
+		Args:   e.airgap("--init")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestHermesMadeSandboxIsAdopted(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		spec := e.spec()
-		spec.Network = false
+		spec.Network = e.kube() // air-gapped Pods are refused
 		k := sandbox.Key{Profile: "hsbx-test", Task: e.base + "adopt"}
 		id := runHermesShaped(t, e, "hsbx-test", k.Task)
 		m := e.manager()
@@ -86,12 +86,22 @@ func TestHermesMadeSandboxIsAdopted(t *testing.T) {
 			t.Fatalf("Ensure next to a Hermes sandbox: %+v %v, want reuse of %s", res, err, id)
 		}
 		var out bytes.Buffer
-		if code, err := m.Sandbox(k, spec).Exec(ctx, sandbox.Command{Argv: []string{"hostname"}, Stdout: &out}); err != nil || code != 0 || !strings.HasPrefix(id, strings.TrimSpace(out.String())) {
+		code, err := m.Sandbox(k, spec).Exec(ctx, sandbox.Command{Argv: []string{"hostname"}, Stdout: &out})
+		host := strings.TrimSpace(out.String()) // a container's short id; a Pod's name
+		if err != nil || code != 0 || host == "" || !(strings.HasPrefix(id, host) || strings.HasSuffix(id, "/"+host)) {
 			t.Fatalf("exec ran in %q (%d %v), want the Hermes sandbox %.12s", out.String(), code, err, id)
 		}
 		ls, err := m.List(ctx, sandbox.Scope{Profile: "hsbx-test"}, false)
 		if err != nil || !slices.ContainsFunc(ls, func(l sandbox.Listing) bool { return l.ID == id && l.Task == k.Task }) {
 			t.Errorf("ls does not show the adopted sandbox: %+v %v", ls, err)
+		}
+		if e.kube() {
+			// Stopping deletes a Pod: there is nothing to start again.
+			gone, err := m.Sandbox(k, spec).Down(ctx)
+			if err != nil || len(gone) != 1 || gone[0].ID != id {
+				t.Fatalf("Down: %+v %v", gone, err)
+			}
+			return
 		}
 		if err := e.rt.Stop(ctx, id, time.Second); err != nil {
 			t.Fatal(err)
@@ -148,6 +158,17 @@ func TestNetworkOff(t *testing.T) {
 		spec := e.spec()
 		spec.Network = false
 		res, err := e.manager().Sandbox(e.key("airgap"), spec).Ensure(ctx)
+		if e.kube() {
+			// Refused, never a Pod that looks air-gapped and is not.
+			var se *sandbox.SpecError
+			if !errors.As(err, &se) || se.Setting != "network" {
+				t.Fatalf("network = false on Kubernetes: %+v %v, want a network SpecError", res, err)
+			}
+			if cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: e.key("airgap").Filters()}); len(cs) != 0 {
+				t.Errorf("a refused network = false left %+v", cs)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,6 +200,7 @@ func TestNetworkOff(t *testing.T) {
 // tools see the same files for a task.
 func TestSandboxDirLayout(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
+		e.skipOnKube("/workspace and /root are the Pod's own emptyDirs; a Pod cannot bind the host's sandbox dir")
 		ctx := context.Background()
 		spec := e.spec()
 		spec.SandboxDir = filepath.Join(e.tg.StateDir, "hermes-sandboxes")
@@ -267,6 +289,7 @@ func TestSharedContainerKey(t *testing.T) {
 // and an exec /run, as the Hermes backend does.
 func TestS6ImageGetsNoInit(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
+		e.skipOnKube("kubectl cannot inspect the nodes' images, so s6-overlay images are not recognised")
 		ctx := context.Background()
 		image := e.tg.Image
 		environ := []string{}

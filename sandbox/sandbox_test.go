@@ -81,6 +81,16 @@ func (e *env) spec() sandbox.Spec {
 // kube reports whether the target is the Kubernetes cluster.
 func (e *env) kube() bool { return e.tg.Dialect() == runtime.Kubectl }
 
+// airgap is the run flags a test's own containers get: --network none,
+// except on Kubernetes, where a Pod has no such flag (and hsbx refuses
+// network = false).
+func (e *env) airgap(args ...string) []string {
+	if e.kube() {
+		return args
+	}
+	return append(args, "--network", "none")
+}
+
 // skipOnKube skips a behaviour that the README says does not apply to
 // the kubectl runtime.
 func (e *env) skipOnKube(why string) {
@@ -329,7 +339,7 @@ func TestForeignNameIsLeftAlone(t *testing.T) {
 		ctx := context.Background()
 		k := e.key("foreign")
 		id, err := e.rt.Run(ctx, runtime.RunSpec{Name: k.Name(), Image: e.tg.Image, Cmd: []string{"sleep", "infinity"},
-			Labels: map[string]string{"hsbx.profile": "hsbx-test", "hsbx.task": k.Task}, Args: []string{"--network", "none"}})
+			Labels: map[string]string{"hsbx.profile": "hsbx-test", "hsbx.task": k.Task}, Args: e.airgap()})
 		if err != nil {
 			t.Fatal(err)
 		}

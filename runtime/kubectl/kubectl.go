@@ -475,7 +475,11 @@ func (r *Runtime) waitGone(ctx context.Context, names []string, grace time.Durat
 // read and delete), $2 is the working directory ("": the Pod's), the rest
 // the command. The environment is shell assignments ending in
 // HSBX_ENV_OK=1, so one that did not arrive whole is an error (126), not a
-// command run without it.
+// command run without it. With an environment, the command starts from a
+// fresh /bin/sh (an absolute path is always exec'd): a shell may run
+// builtin applets (busybox's yes, echo...) in its own process, whose
+// /proc/PID/environ is what it started with, and hsbx finds a command's
+// processes by the marker there.
 const execScript = `e=$1; w=$2; shift 2
 case $e in
 0) HSBX_ENV_OK=1 ;;
@@ -485,6 +489,7 @@ esac
 if [ "$HSBX_ENV_OK" != 1 ]; then echo "hsbx: the command's environment did not arrive (the image needs sh and dd)" >&2; exit 126; fi
 unset HSBX_ENV_OK
 if [ -n "$w" ]; then cd "$w" || exit 126; fi
+[ "$e" = 0 ] || exec /bin/sh -c 'exec "$@"' hsbx-run "$@"
 exec "$@"`
 
 // envScript renders env as shell assignments for execScript.
