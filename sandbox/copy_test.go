@@ -116,7 +116,7 @@ func readTree(t *testing.T, root string) map[string]string {
 // there when it runs.
 func TestCopyInAndOut(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
-		e.skipOnKube("host-path copies (hsbx cp SRC :DST) are not built for the kubectl runtime yet; tar streams are (TestClusterCopyStreams)")
+		e.skipOnKube("this test copies into a stopped sandbox, and stopping deletes a Pod; copies on Kubernetes are TestClusterCopyHostPaths and TestClusterCopyStreams")
 		ctx := context.Background()
 		sb := e.manager().Sandbox(e.key("copy"), e.spec())
 		t.Cleanup(func() { sb.Down(ctx) })

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -323,7 +325,83 @@ func TestClusterCopyStreams(t *testing.T) {
 	if err := rt.CopyOut(ctx, id, "/no/such/path", io.Discard); !errors.Is(err, runtime.ErrNoSuchPath) {
 		t.Errorf("copy out of a missing path: %v", err)
 	}
-	if err := rt.CopyTo(ctx, id, "/etc/hostname", "/tmp"); !errors.Is(err, runtime.ErrUnsupported) {
-		t.Errorf("host-path copy: %v, want ErrUnsupported (not built yet)", err)
+}
+
+// Host paths in and out with docker cp's rules: into an existing
+// directory, as a new name, a directory's contents with "/.".
+func TestClusterCopyHostPaths(t *testing.T) {
+	tg, rt, _ := open(t)
+	ctx := context.Background()
+	id, err := rt.Run(ctx, spec(tg, "hp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := t.TempDir()
+	tree := filepath.Join(host, "tree")
+	for _, f := range []string{"a b/c,=.txt", "ü/.dot", "empty/"} {
+		p := filepath.Join(tree, f)
+		if strings.HasSuffix(f, "/") {
+			_ = os.MkdirAll(p, 0o755)
+			continue
+		}
+		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte("content of "+f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := func(script string) string {
+		var o, e bytes.Buffer
+		code, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"sh", "-c", script}, Stdout: &o, Stderr: &e})
+		if err != nil || code != 0 {
+			t.Fatalf("%s: %d %v %s", script, code, err, e.String())
+		}
+		return o.String()
+	}
+	if err := rt.CopyTo(ctx, id, tree, "/tmp"); err != nil { // into an existing dir
+		t.Fatal(err)
+	}
+	if err := rt.CopyTo(ctx, id, tree, "/tmp/renamed"); err != nil { // as a new name
+		t.Fatal(err)
+	}
+	if err := rt.CopyTo(ctx, id, tree+"/.", "/tmp/contents"); err != nil { // its contents
+		t.Fatal(err)
+	}
+	if err := rt.CopyTo(ctx, id, filepath.Join(tree, "a b", "c,=.txt"), "/tmp/file.txt"); err != nil { // a file, renamed
+		t.Fatal(err)
+	}
+	got := sh(`cat "/tmp/tree/a b/c,=.txt" "/tmp/renamed/ü/.dot" "/tmp/contents/a b/c,=.txt" /tmp/file.txt; [ -d /tmp/contents/empty ] && stat -c %u "/tmp/tree/a b/c,=.txt"`)
+	want := "content of a b/c,=.txtcontent of ü/.dotcontent of a b/c,=.txtcontent of a b/c,=.txt0\n"
+	if got != want {
+		t.Errorf("in the Pod: %q, want %q", got, want)
+	}
+	if err := rt.CopyTo(ctx, id, tree, "/no/such/dir/x"); !errors.Is(err, runtime.ErrNoSuchPath) {
+		t.Errorf("copy into a missing parent: %v", err)
+	}
+	if err := rt.CopyTo(ctx, id, filepath.Join(host, "missing"), "/tmp"); !errors.Is(err, runtime.ErrNoSuchPath) {
+		t.Errorf("copy of a missing host path: %v", err)
+	}
+	out := t.TempDir()
+	if err := rt.CopyFrom(ctx, id, "/tmp/tree", out); err != nil { // into an existing dir
+		t.Fatal(err)
+	}
+	if err := rt.CopyFrom(ctx, id, "/tmp/tree", filepath.Join(out, "new")); err != nil { // as a new name
+		t.Fatal(err)
+	}
+	if err := rt.CopyFrom(ctx, id, "/tmp/tree/.", filepath.Join(out, "flat")); err != nil { // contents
+		t.Fatal(err)
+	}
+	if err := rt.CopyFrom(ctx, id, "/tmp/file.txt", filepath.Join(out, "f")); err != nil { // a file
+		t.Fatal(err)
+	}
+	for _, p := range []string{"tree/a b/c,=.txt", "new/a b/c,=.txt", "flat/a b/c,=.txt", "f"} {
+		if b, err := os.ReadFile(filepath.Join(out, p)); err != nil || string(b) != "content of a b/c,=.txt" {
+			t.Errorf("%s: %q %v", p, b, err)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(out, "flat", "empty")); err != nil || !st.IsDir() {
+		t.Errorf("the empty dir did not come out: %v", err)
+	}
+	if err := rt.CopyFrom(ctx, id, "/no/such", out); !errors.Is(err, runtime.ErrNoSuchPath) {
+		t.Errorf("copy out of a missing path: %v", err)
 	}
 }

@@ -662,17 +662,6 @@ func (r *Runtime) tar(ctx context.Context, id string, cmd []string, in io.Reader
 	return nil
 }
 
-// CopyTo implements runtime.Runtime; not yet for kubectl (use a tar
-// stream: `hsbx cp - :DIR`).
-func (r *Runtime) CopyTo(_ context.Context, _, src, _ string) error {
-	return fmt.Errorf("%w: copying host path %s into a Pod is not built yet for kubectl; stream a tar archive instead (hsbx cp - :DIR)", runtime.ErrUnsupported, src)
-}
-
-// CopyFrom implements runtime.Runtime; not yet for kubectl.
-func (r *Runtime) CopyFrom(_ context.Context, _, src, _ string) error {
-	return fmt.Errorf("%w: copying %s out of a Pod to a host path is not built yet for kubectl; stream a tar archive instead (hsbx cp :PATH -)", runtime.ErrUnsupported, src)
-}
-
 // Version implements runtime.Runtime: `kubectl version -o json`. When
 // the cluster is unreachable the client version is still returned, with
 // an error wrapping ErrUnreachable.
