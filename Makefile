@@ -75,7 +75,8 @@ demo: build
 
 bench: build
 	@[ -f $(ENGINES_DIR)/env.sh ] || scripts/engines.sh $(ENGINES_DIR)
-	@. $(ENGINES_DIR)/env.sh; $(GO) run ./bench -hsbx bin/hsbx -out $(BENCH_OUT) $(BENCHFLAGS)
+	@. $(ENGINES_DIR)/env.sh; kube=; if [ -f $(KUBE_DIR)/env.sh ]; then . $(KUBE_DIR)/env.sh; kube=-kube; fi; \
+	  $(GO) run ./bench -hsbx bin/hsbx -out $(BENCH_OUT) $$kube $(BENCHFLAGS)
 	@{ echo "## Go benchmarks (pure code, no engine)"; echo; echo '```'; \
 	  $(GO) test -run '^$$' -bench . -benchmem -benchtime 200x ./runtime/enginecli ./reaper | grep -E '^(Benchmark|cpu:)'; \
 	  echo '```'; } >> $(BENCH_OUT)

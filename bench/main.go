@@ -35,6 +35,7 @@ var (
 	only    = flag.String("engines", "docker,podman", "engines to measure")
 	// memCommands is how many commands the exec channel's memory check runs.
 	memCommands = flag.Int("mem-commands", 10000, "commands for the exec channel's memory check")
+	kube        = flag.Bool("kube", false, "also measure the kubectl runtime on the cluster scripts/kube.sh set up (KUBECONFIG, HSBX_IT_KUBECTL)")
 )
 
 type engine struct {
@@ -104,13 +105,19 @@ func main() {
 	image := os.Getenv("HSBX_IT_IMAGE")
 	var engines []*engine
 	for _, name := range strings.Split(*only, ",") {
+		if name == "" {
+			continue // -engines "" -kube: the cluster only
+		}
 		bin := os.Getenv("HSBX_IT_" + strings.ToUpper(name))
 		if bin == "" || image == "" {
 			fail("real %s not configured: run `make engines` and source /tmp/hsbx-engines/env.sh (HSBX_IT_%s)", name, strings.ToUpper(name))
 		}
 		engines = append(engines, setup(ctx, name, bin, image))
 	}
-	foot := footprint(ctx, engines[0]) // before any cleanup: it uses the warm sandbox
+	foot := ""
+	if len(engines) > 0 {
+		foot = footprint(ctx, engines[0]) // before any cleanup: it uses the warm sandbox
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (bench/main.go) on %s: %d cores (%s/%s), kernel %s, Go %s.\n",
 		time.Now().UTC().Format("2006-01-02"), goruntime.NumCPU(), goruntime.GOOS, goruntime.GOARCH, kernel(), goruntime.Version())
@@ -133,6 +140,9 @@ func main() {
 		b.WriteString(reapAtScale(ctx, e))
 		b.WriteString(concurrency(ctx, e))
 		cleanup(ctx, e)
+	}
+	if *kube {
+		b.WriteString(kubeBench(ctx))
 	}
 	b.WriteString(foot)
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {

@@ -98,13 +98,16 @@ func (r *Runtime) call(ctx context.Context, args []string, stdin io.Reader, time
 	return res, nil
 }
 
-// get reads pods: by name, or by label selector when names is empty.
+// get reads pods: by label selector when names is empty, else the named
+// ones. Several names are one list of the namespace, filtered here: kubectl
+// fetches each named Pod with a request of its own, and its client-side
+// rate limit (5 a second past a burst) then costs seconds for a dozen.
 func (r *Runtime) get(ctx context.Context, selector string, names ...string) ([]pod, error) {
 	args := []string{"get", "pods", "-o", "json"}
-	if len(names) > 0 {
-		args = append(args, "--ignore-not-found")
-		args = append(args, names...)
-	} else if selector != "" {
+	switch {
+	case len(names) == 1:
+		args = append(args, "--ignore-not-found", names[0])
+	case len(names) == 0 && selector != "":
 		args = append(args, "-l", selector)
 	}
 	res, err := r.call(ctx, args, nil, r.timeout)
@@ -118,6 +121,9 @@ func (r *Runtime) get(ctx context.Context, selector string, names ...string) ([]
 	ps, err := parsePods(out)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", runtime.ErrBadOutput, err)
+	}
+	if len(names) > 1 {
+		ps = slices.DeleteFunc(ps, func(p pod) bool { return !slices.Contains(names, p.Metadata.Name) })
 	}
 	return ps, nil
 }
@@ -345,7 +351,8 @@ func (r *Runtime) Unpause(_ context.Context, id string) error {
 // Remove implements runtime.Runtime in a constant number of calls for
 // finished Pods: one get, one delete of them all by their nonce labels
 // (each names one creation, so a Pod made again under the same name is
-// never selected; a finished Pod never runs again), one wait. Any other
+// never selected; a finished Pod never runs again), and a get that sees
+// them gone. Any other
 // Pod is deleted through the API with its uid as a precondition, and
 // without force also its resourceVersion, so a Pod that changed since it
 // was seen not running is left alone. It returns when the Pods are gone
@@ -369,8 +376,8 @@ func (r *Runtime) remove(ctx context.Context, force bool, grace time.Duration, i
 		return err
 	}
 	var errs []error
-	var deleted, nonces []string
-	var finished []pod
+	var nonces []string
+	var deleted, finished []pod
 	for _, id := range ids {
 		uid, name := splitID(id)
 		i := slices.IndexFunc(ps, func(p pod) bool { return p.Metadata.Name == name && (uid == "" || p.Metadata.UID == uid) })
@@ -391,25 +398,24 @@ func (r *Runtime) remove(ctx context.Context, force bool, grace time.Duration, i
 			errs = append(errs, err)
 			continue
 		}
-		deleted = append(deleted, name)
+		deleted = append(deleted, p)
 	}
 	if len(finished) == 1 {
 		if err := r.deletePod(ctx, finished[0], force, grace); err != nil {
 			errs = append(errs, err)
 		} else {
-			deleted = append(deleted, finished[0].Metadata.Name)
+			deleted = append(deleted, finished[0])
 		}
 	} else if len(finished) > 1 {
 		// One call for all: finished Pods never run again, and the nonce
 		// names one incarnation, so a Pod made again under the same name
-		// (with a new nonce) is not selected.
+		// (with a new nonce) is not selected. With nothing left to stop,
+		// they go at once (grace 0), not after the kubelet confirms each.
 		sel := NonceLabel + " in (" + strings.Join(nonces, ",") + ")"
-		if _, err := r.call(ctx, []string{"delete", "pods", "-l", sel, "--grace-period=1", "--wait=false"}, nil, r.timeout); err != nil {
+		if _, err := r.call(ctx, []string{"delete", "pods", "-l", sel, "--grace-period=0", "--force", "--wait=false"}, nil, r.timeout); err != nil {
 			errs = append(errs, err)
 		} else {
-			for _, p := range finished {
-				deleted = append(deleted, p.Metadata.Name)
-			}
+			deleted = append(deleted, finished...)
 		}
 	}
 	if len(deleted) > 0 {
@@ -455,19 +461,39 @@ func (r *Runtime) deletePod(ctx context.Context, p pod, force bool, grace time.D
 	return err
 }
 
-// waitGone waits (one `kubectl wait --for=delete`) until the named Pods
-// are gone; when a Pod of the same name is there again, the wait ends at
-// its bound and the uids decide.
-func (r *Runtime) waitGone(ctx context.Context, names []string, grace time.Duration) error {
-	bound := r.timeout + grace
-	args := []string{"wait", "--for=delete", "--timeout=" + strconv.Itoa(int(bound/time.Second)) + "s"}
-	for _, n := range names {
-		args = append(args, "pod/"+n)
+// waitGone waits until the Pods (by uid) are gone, asking the cluster
+// with one get per look, at most until the call timeout plus grace: a Pod
+// made again under the same name meanwhile does not hold it up.
+func (r *Runtime) waitGone(ctx context.Context, pods []pod, grace time.Duration) error {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Metadata.Name
 	}
-	if _, err := r.call(ctx, args, nil, bound+r.timeout); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		return fmt.Errorf("waiting for pods to be gone: %w", err)
+	deadline := time.Now().Add(r.timeout + grace)
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		now, err := r.get(ctx, "", names...)
+		if err != nil {
+			return fmt.Errorf("waiting for pods to be gone: %w", err)
+		}
+		var left []string
+		for _, p := range pods {
+			if slices.ContainsFunc(now, func(q pod) bool { return q.Metadata.UID == p.Metadata.UID }) {
+				left = append(left, p.Metadata.Name)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return &runtime.EngineError{Kind: runtime.ErrTimeout, Argv: r.argv("get", "pods"), ExitCode: -1,
+				Stderr: fmt.Sprintf("pods %s still there %s after they were deleted", strings.Join(left, ", "), r.timeout+grace)}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for pods to be gone: %w", context.Cause(ctx))
+		case <-time.After(delay):
+		}
 	}
-	return nil
 }
 
 // execScript runs a command for Exec: $1 says where its environment comes
