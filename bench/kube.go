@@ -47,7 +47,9 @@ func kubeBench(ctx context.Context) string {
 	fmt.Fprintf(&b, "## kubectl, Kubernetes %s (`%s`, a single-node cluster from scripts/kube.sh)\n\n", v.Server.GitVersion, bin)
 	id := strings.TrimSpace(string(must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Stdout))
 	_, pod, _ := strings.Cut(id, "/")
-	raw := func() time.Duration { return must(ctx, os.Environ(), kc("exec", pod, "-c", "sandbox", "--", "true")...).Elapsed }
+	raw := func() time.Duration {
+		return must(ctx, os.Environ(), kc("exec", pod, "-c", "sandbox", "--", "true")...).Elapsed
+	}
 	var rows []row
 	h, base := pair(ctx, e, *runs, func() time.Duration {
 		return must(ctx, e.plainEnv(), e.hsbx("exec", "--task", "warm", "--", "true")...).Elapsed
