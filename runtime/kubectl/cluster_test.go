@@ -269,8 +269,15 @@ func TestClusterRemoveFinishedInOneDelete(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+	// A running Pod that copied a finished one's nonce is not selected.
+	imp := spec(tg, "impostor")
+	imp.Labels["hsbx.nonce"] = "nf1"
+	impostor, err := rt.Run(ctx, imp)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.reset()
-	err := rt.Remove(ctx, false, ids...)
+	err = rt.Remove(ctx, false, ids...)
 	if err == nil || !strings.Contains(err.Error(), "alive") {
 		t.Errorf("Remove without force of a running Pod among them: %v", err)
 	}
@@ -278,9 +285,9 @@ func TestClusterRemoveFinishedInOneDelete(t *testing.T) {
 	if len(made) != 3 {
 		t.Errorf("Remove of 3 finished Pods made %d calls, want 3 (get, one delete, wait):\n%s", len(made), strings.Join(made, ""))
 	}
-	cs, _ := rt.Inspect(ctx, ids...)
-	if len(cs) != 1 || cs[0].ID != ids[3] {
-		t.Errorf("left: %+v; want only the running Pod", cs)
+	cs, _ := rt.Inspect(ctx, append(ids, impostor)...)
+	if len(cs) != 2 || cs[0].ID != ids[3] || cs[1].ID != impostor {
+		t.Errorf("left: %+v; want only the running Pods", cs)
 	}
 }
 

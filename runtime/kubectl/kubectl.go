@@ -351,12 +351,12 @@ func (r *Runtime) Unpause(_ context.Context, id string) error {
 // Remove implements runtime.Runtime in a constant number of calls for
 // finished Pods: one get, one delete of them all by their nonce labels
 // (each names one creation, so a Pod made again under the same name is
-// never selected; a finished Pod never runs again), and a get that sees
-// them gone. Any other
-// Pod is deleted through the API with its uid as a precondition, and
-// without force also its resourceVersion, so a Pod that changed since it
-// was seen not running is left alone. It returns when the Pods are gone
-// (or after the call timeout).
+// never selected; a finished Pod never runs again; and the cluster only
+// deletes those it finds finished), and a get that sees them gone. Any
+// other Pod is deleted through the API with its uid as a precondition,
+// and without force also its resourceVersion, so a Pod that changed since
+// it was seen not running is left alone. It returns when the Pods are
+// gone (or after the call timeout).
 func (r *Runtime) Remove(ctx context.Context, force bool, ids ...string) error {
 	return r.remove(ctx, force, time.Second, ids)
 }
@@ -412,7 +412,9 @@ func (r *Runtime) remove(ctx context.Context, force bool, grace time.Duration, i
 		// (with a new nonce) is not selected. With nothing left to stop,
 		// they go at once (grace 0), not after the kubelet confirms each.
 		sel := NonceLabel + " in (" + strings.Join(nonces, ",") + ")"
-		if _, err := r.call(ctx, []string{"delete", "pods", "-l", sel, "--grace-period=0", "--force", "--wait=false"}, nil, r.timeout); err != nil {
+		args := []string{"delete", "pods", "-l", sel, "--field-selector", "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown",
+			"--grace-period=0", "--force", "--wait=false"}
+		if _, err := r.call(ctx, args, nil, r.timeout); err != nil {
 			errs = append(errs, err)
 		} else {
 			deleted = append(deleted, finished...)
