@@ -78,6 +78,9 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 		}
 	}
 	f.logArgv(args)
+	if name == "kubectl" {
+		return f.kubectl(args)
+	}
 
 	args, remote := f.globalFlags(args)
 	if len(args) == 0 {

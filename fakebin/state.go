@@ -32,6 +32,11 @@ type Container struct {
 	User       string            `json:"user"`
 	Init       bool              `json:"init"`
 	RunArgs    []string          `json:"run_args"`
+	// Namespace, Annotations and RV (resourceVersion) are a Pod's, made
+	// by the fake kubectl ("" namespace: a docker/podman container).
+	Namespace   string            `json:"namespace,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	RV          int               `json:"rv,omitempty"`
 	// Execs are the exec'd command processes, by host pid. They outlive a
 	// killed client, as on a real engine.
 	Execs map[string]ExecProc `json:"execs,omitempty"`

@@ -448,6 +448,8 @@ func kubeLimits(s Spec) (warnings []string, err error) {
 		return nil, &SpecError{"network", "an air-gapped Pod needs a NetworkPolicy that the cluster's CNI enforces, which the kubectl runtime does not create or check yet; it will not make a Pod that looks air-gapped but is not: set network = true, or use docker or podman"}
 	case s.DiskMB > 0:
 		return nil, &SpecError{"disk", "the kubectl runtime does not set ephemeral-storage limits yet; set disk = 0"}
+	case len(s.ExtraArgs) > 0:
+		return nil, &SpecError{"extra_args", fmt.Sprintf("%q: extra_args are docker/podman run flags, which a Pod does not take; remove them for the kubectl runtime", s.ExtraArgs)}
 	case len(s.Volumes) > 0:
 		return nil, &SpecError{"volumes", "a Pod cannot bind host paths; remove volumes for the kubectl runtime"}
 	case s.MountCwdToWorkspace:

@@ -25,9 +25,10 @@ import (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"hsbx":   func() { os.Exit(run()) },
-		"docker": fakebin.Docker,
-		"podman": fakebin.Podman,
+		"hsbx":    func() { os.Exit(run()) },
+		"docker":  fakebin.Docker,
+		"podman":  fakebin.Podman,
+		"kubectl": fakebin.Kubectl,
 	})
 }
 

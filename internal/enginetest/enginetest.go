@@ -34,7 +34,7 @@ func Main(m *testing.M) {
 	if os.Getenv("FAKEENGINE_DIR") == "" {
 		os.Setenv("FAKEENGINE_DIR", filepath.Join(os.TempDir(), fmt.Sprintf("hsbx-fakeengine-%d", os.Getpid())))
 	}
-	testscript.Main(m, map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman})
+	testscript.Main(m, map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman, "kubectl": fakebin.Kubectl})
 }
 
 // Target is one engine to test against.

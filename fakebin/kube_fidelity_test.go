@@ -1,0 +1,113 @@
+package fakebin_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hsbx/hsbx/fakebin"
+	"github.com/hsbx/hsbx/runtime/kubectl"
+)
+
+// capPod is the Pod scripts/capture-kube.sh creates (the fake reads only
+// what hsbx's kubectl runtime reads back).
+func capPod(name, cmd, image string) string {
+	return `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"` + name + `","labels":{"hermes-agent":"1","hsbx.profile":"cap","hsbx.task":"` + name + `"},
+ "annotations":{"hsbx.key":"cap/` + name + `"}},"spec":{"containers":[{"name":"sandbox","image":"` + image + `","command":` + cmd + `,"workingDir":"/"}]}}`
+}
+
+// TestFakeKubectlMatchesCaptures replays scripts/capture-kube.sh's calls,
+// in its order, against the fake kubectl and compares each with what the
+// real kubectl v1.34 printed (testdata/kube): the exit status, and what
+// hsbx reads from the output (the Pods parsed, the exec status and error
+// class, the error class of a failure, the exec streams).
+func TestFakeKubectlMatchesCaptures(t *testing.T) {
+	dir := filepath.Join("..", "testdata", "kube", "kubectl-v1."+strings.TrimPrefix(fakebin.KubectlVersion, "v1."))
+	state := t.TempDir()
+	stdin := map[string]string{
+		"create_run":       capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
+		"create_exists":    capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
+		"create_done":      capPod("cap-done", `["true"]`, "hsbx-busybox"),
+		"create_bad_image": capPod("cap-bad-image", `["true"]`, "nosuchimage:1"),
+		"exec_stdin":       "stdin-ok\n",
+	}
+	order := []string{"version", "version_client", "auth_can_i", "auth_can_i_exec", "current_context", "get_none",
+		"create_run", "create_exists", "create_done", "create_bad_image", "get_one", "get_missing", "get_label",
+		"exec_ok", "exec_exit3", "exec_not_found", "exec_missing", "exec_done", "exec_words", "exec_stdin",
+		"delete_missing", "delete_run", "delete_done", "down_no_config", "down_get"}
+	for _, name := range order {
+		read := func(ext string) string {
+			b, err := os.ReadFile(filepath.Join(dir, name+"."+ext))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			return string(b)
+		}
+		argv := strings.Split(strings.TrimSuffix(read("argv"), "\n"), "\n")
+		wantCode, _ := strconv.Atoi(strings.TrimSpace(read("exit")))
+		wantOut, wantErr := read("stdout"), read("stderr")
+		env := []string{"FAKEENGINE_DIR=" + state, "FAKEENGINE_EXEC_INPROCESS=1"}
+		if strings.HasPrefix(name, "down_") {
+			env = append(env, "FAKEENGINE_DOWN=1")
+		}
+		var out, errb bytes.Buffer
+		code := fakebin.Run("kubectl", argv, env, strings.NewReader(stdin[name]), &out, &errb)
+		if code != wantCode {
+			t.Errorf("%s: exit %d, real kubectl %d\nfake stderr: %s", name, code, wantCode, errb.String())
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "exec_"):
+			fc, ferr := kubectl.ExecStatus(code, errb.String())
+			rc, rerr := kubectl.ExecStatus(wantCode, wantErr)
+			if fc != rc || !errors.Is(ferr, rerr) || out.String() != wantOut {
+				t.Errorf("%s: fake status %d %v stdout %q, real %d %v %q", name, fc, ferr, out.String(), rc, rerr, wantOut)
+			}
+			last := func(s string) string { // the last line, exec ids masked
+				s = strings.TrimSpace(s)
+				return hexID.ReplaceAllString(s[strings.LastIndexByte(s, '\n')+1:], "ID")
+			}
+			if code != 0 && last(errb.String()) != last(wantErr) {
+				t.Errorf("%s: fake stderr ends %q, real %q", name, last(errb.String()), last(wantErr))
+			}
+		case code != 0:
+			if f, r := kubectl.Classify(code, errb.String()), kubectl.Classify(wantCode, wantErr); !errors.Is(f, r) {
+				t.Errorf("%s: fake error class %v, real %v\nfake: %s\nreal: %s", name, f, r, errb.String(), wantErr)
+			}
+		case strings.HasPrefix(name, "get_") || strings.HasPrefix(name, "create_"):
+			if !samePods(t, out.Bytes(), []byte(wantOut)) {
+				t.Errorf("%s: fake pods differ from real:\n%s", name, out.String())
+			}
+		case name == "auth_can_i" || name == "auth_can_i_exec" || strings.HasPrefix(name, "delete_"):
+			if out.String() != wantOut {
+				t.Errorf("%s: fake %q, real %q", name, out.String(), wantOut)
+			}
+		}
+	}
+}
+
+var hexID = regexp.MustCompile(`[0-9a-f]{64}`)
+
+// samePods compares what ParsePods reads, less ids and times.
+func samePods(t *testing.T, fake, captured []byte) bool {
+	f, ferr := kubectl.ParsePods(fake)
+	r, rerr := kubectl.ParsePods(captured)
+	if (ferr != nil) != (rerr != nil) || len(f) != len(r) {
+		t.Logf("fake %d pods (%v), real %d (%v)", len(f), ferr, len(r), rerr)
+		return false
+	}
+	for i := range f {
+		if f[i].Name != r[i].Name || f[i].State != r[i].State || !reflect.DeepEqual(f[i].Labels, r[i].Labels) ||
+			f[i].Created.IsZero() != r[i].Created.IsZero() || f[i].Started.IsZero() != r[i].Started.IsZero() {
+			t.Logf("fake %+v\nreal %+v", f[i], r[i])
+			return false
+		}
+	}
+	return true
+}

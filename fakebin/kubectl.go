@@ -1,0 +1,551 @@
+package fakebin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kubectl is the fake kubectl program (for testscript.Main): Pods kept in
+// the same state file as the fake engines' containers, with kubectl
+// v1.34's output shapes, messages and exit statuses for the calls hsbx's
+// kubectl runtime makes (checked against testdata/kube by
+// fidelity_test.go). It runs a command the way the real Pod runs hsbx's
+// exec wrapper: the environment from the first bytes of stdin, the
+// working directory, then the command in the fake's shell.
+func Kubectl() { os.Exit(Run("kubectl", os.Args[1:], os.Environ(), os.Stdin, os.Stdout, os.Stderr)) }
+
+// KubectlVersion is the version the fake claims (the captured one).
+const KubectlVersion = "v1.34.4"
+
+var errAlreadyExists = errors.New("already exists")
+
+// kubectl runs one fake kubectl command.
+func (f *fake) kubectl(args []string) int {
+	ns := "default"
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case (a == "--namespace" || a == "-n") && i+1 < len(args):
+			i++
+			ns = args[i]
+		case strings.HasPrefix(a, "--namespace="):
+			ns = strings.TrimPrefix(a, "--namespace=")
+		case a == "--context" && i+1 < len(args):
+			i++
+			if args[i] != "hsbx-kube" {
+				fmt.Fprintf(f.stderr, "error: context %q does not exist\n", args[i])
+				return 1
+			}
+		default:
+			rest = append(rest, a)
+		}
+	}
+	if len(rest) == 0 {
+		return f.kusage("you must specify the type of resource")
+	}
+	f.sub = rest[0]
+	if code, done := f.faults(); done {
+		return code
+	}
+	if rest[0] == "--version" {
+		fmt.Fprintln(f.stderr, "error: unknown flag: --version\nSee 'kubectl --help' for usage.")
+		return 1
+	}
+	if f.env["FAKEENGINE_DOWN"] == "1" && !slices.Contains(rest, "--client") {
+		for range 5 {
+			fmt.Fprintln(f.stderr, `E1122 15:50:51.378964   29957 memcache.go:265] "Unhandled Error" err="couldn't get current server API group list: Get \"https://127.0.0.1:6443/api?timeout=32s\": dial tcp 127.0.0.1:6443: connect: connection refused"`)
+		}
+		fmt.Fprintln(f.stderr, "The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?")
+		return 1
+	}
+	switch rest[0] {
+	case "version":
+		return f.kversion(slices.Contains(rest, "--client"))
+	case "get":
+		return f.kget(ns, rest[1:])
+	case "create":
+		return f.kcreate(ns)
+	case "delete":
+		return f.kdelete(ns, rest[1:])
+	case "exec":
+		return f.kexec(ns, rest[1:])
+	case "config":
+		fmt.Fprintf(f.stdout, `{"kind":"Config","apiVersion":"v1","current-context":"hsbx-kube","contexts":[{"name":"hsbx-kube","context":{"cluster":"hsbx-kube","user":"hsbx-admin","namespace":"default"}}]}`+"\n")
+		return 0
+	case "auth":
+		if f.env["FAKEKUBE_FORBID"] != "" && strings.Contains(strings.Join(rest, " "), f.env["FAKEKUBE_FORBID"]) {
+			fmt.Fprintln(f.stdout, "no")
+			return 1
+		}
+		fmt.Fprintln(f.stdout, "yes")
+		return 0
+	}
+	return f.kusage(fmt.Sprintf("unknown command %q for \"kubectl\"", rest[0]))
+}
+
+func (f *fake) kusage(msg string) int {
+	fmt.Fprintf(f.stderr, "error: %s\nSee 'kubectl --help' for usage.\n", msg)
+	return 1
+}
+
+func (f *fake) kversion(client bool) int {
+	v := map[string]any{"clientVersion": map[string]string{"major": "1", "minor": "34", "gitVersion": KubectlVersion, "platform": "linux/amd64"}}
+	if !client {
+		v["serverVersion"] = map[string]string{"major": "1", "minor": "34", "gitVersion": KubectlVersion, "platform": "linux/amd64"}
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Fprintln(f.stdout, string(b))
+	return 0
+}
+
+// podUID is a container's id as a Pod uid (8-4-4-4-12 hex).
+func podUID(id string) string {
+	if len(id) < 32 {
+		return id
+	}
+	return id[:8] + "-" + id[8:12] + "-" + id[12:16] + "-" + id[16:20] + "-" + id[20:32]
+}
+
+// pod renders a container as kubectl prints a Pod.
+func (f *fake) pod(c *Container) map[string]any {
+	meta := map[string]any{"name": c.Name, "namespace": c.Namespace, "uid": podUID(c.ID),
+		"resourceVersion": strconv.Itoa(c.RV), "creationTimestamp": c.Created.Format(time.RFC3339), "labels": c.Labels}
+	if len(c.Annotations) > 0 {
+		meta["annotations"] = c.Annotations
+	}
+	phase, state := "Running", map[string]any{"running": map[string]string{"startedAt": c.StartedAt.Format(time.RFC3339)}}
+	switch c.State {
+	case "created":
+		phase = "Pending"
+		state = map[string]any{"waiting": map[string]string{"reason": "ErrImageNeverPull", "message": fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)}}
+	case "exited":
+		phase = "Succeeded"
+		if c.ExitCode != 0 {
+			phase = "Failed"
+		}
+		state = map[string]any{"terminated": map[string]any{"exitCode": c.ExitCode, "startedAt": c.StartedAt.Format(time.RFC3339), "finishedAt": c.FinishedAt.Format(time.RFC3339)}}
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+		"spec":   map[string]any{"containers": []map[string]any{{"name": "sandbox", "image": c.Image}}},
+		"status": map[string]any{"phase": phase, "containerStatuses": []map[string]any{{"name": "sandbox", "state": state}}}}
+}
+
+// selects reports whether a label selector ("k", "k=v", "k in (a,b)",
+// comma-separated) matches.
+func selects(sel string, labels map[string]string) bool {
+	for sel = strings.TrimSpace(sel); sel != ""; sel = strings.TrimSpace(strings.TrimPrefix(sel, ",")) {
+		var term string
+		if i := strings.Index(sel, " in ("); i >= 0 && !strings.Contains(sel[:i], ",") {
+			end := strings.Index(sel, ")")
+			term, sel = sel[:end+1], sel[end+1:]
+			k := sel0(term[:i])
+			v, ok := labels[k]
+			if !ok || !slices.Contains(strings.Split(term[i+5:len(term)-1], ","), v) {
+				return false
+			}
+			continue
+		}
+		term, sel, _ = strings.Cut(sel, ",")
+		sel = "," + sel
+		if k, v, ok := strings.Cut(term, "="); ok {
+			if labels[k] != v {
+				return false
+			}
+		} else if _, ok := labels[term]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func sel0(s string) string { return strings.TrimSpace(s) }
+
+func (f *fake) kget(ns string, args []string) int {
+	var names []string
+	sel, ignore := "", false
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "pods" || a == "pod":
+		case a == "-o" && i+1 < len(args):
+			i++
+		case a == "-l" && i+1 < len(args):
+			i++
+			sel = args[i]
+		case a == "--ignore-not-found":
+			ignore = true
+		default:
+			names = append(names, a)
+		}
+	}
+	var items []map[string]any
+	var missing []string
+	err := f.st.view(func(st *State) error {
+		for _, c := range st.sorted() {
+			if c.Namespace == ns && (len(names) > 0 && slices.Contains(names, c.Name) || len(names) == 0 && selects(sel, c.Labels)) {
+				items = append(items, f.pod(c))
+			}
+		}
+		for _, n := range names {
+			if !slices.ContainsFunc(st.Containers, func(c *Container) bool { return c.Namespace == ns && c.Name == n }) {
+				missing = append(missing, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return f.fail(err)
+	}
+	if len(names) == 1 && len(items) == 1 {
+		b, _ := json.MarshalIndent(items[0], "", "    ")
+		fmt.Fprintln(f.stdout, string(b))
+		return 0
+	}
+	if len(names) > 0 && len(items) == 0 && ignore {
+		return 0
+	}
+	if items == nil {
+		items = []map[string]any{}
+	}
+	b, _ := json.MarshalIndent(map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, "", "    ")
+	fmt.Fprintln(f.stdout, string(b))
+	if len(missing) > 0 && !ignore {
+		for _, n := range missing {
+			fmt.Fprintf(f.stderr, "Error from server (NotFound): pods %q not found\n", n)
+		}
+		return 1
+	}
+	return 0
+}
+
+// kcreate makes a Pod from the manifest on stdin: running when its image
+// is there and its command keeps running, finished when it exits at once,
+// Pending (ErrImageNeverPull) when the image is missing.
+func (f *fake) kcreate(ns string) int {
+	var m struct {
+		Metadata struct {
+			Name        string            `json:"name"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		Spec struct {
+			Containers []struct {
+				Image      string   `json:"image"`
+				Command    []string `json:"command"`
+				WorkingDir string   `json:"workingDir"`
+				Env        []struct{ Name, Value string }
+			} `json:"containers"`
+		} `json:"spec"`
+	}
+	b, err := io.ReadAll(f.stdin)
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	if err != nil || m.Metadata.Name == "" || len(m.Spec.Containers) != 1 {
+		fmt.Fprintf(f.stderr, "error: error validating \"STDIN\": %v\n", err)
+		return 1
+	}
+	spec := m.Spec.Containers[0]
+	c := &Container{Name: m.Metadata.Name, Namespace: ns, Image: spec.Image, Labels: m.Metadata.Labels, Annotations: m.Metadata.Annotations,
+		Cmd: spec.Command, WorkDir: spec.WorkingDir, Created: f.now, State: "created", RV: 1}
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	if c.WorkDir == "" {
+		c.WorkDir = "/"
+	}
+	for _, e := range spec.Env {
+		c.Env = append(c.Env, e.Name+"="+e.Value)
+	}
+	if f.haveImage(spec.Image) {
+		c.StartedAt = f.now
+		if longRunning(c.Cmd) {
+			c.State = "running"
+		} else {
+			c.State, c.FinishedAt, c.ExitCode = "exited", f.now, quickExit(c.Cmd)
+		}
+	}
+	err = f.st.update(func(st *State) error {
+		if slices.ContainsFunc(st.Containers, func(x *Container) bool { return x.Namespace == ns && x.Name == c.Name }) {
+			return errAlreadyExists
+		}
+		c.ID = st.newID(c.Name, f.now)
+		st.Containers = append(st.Containers, c)
+		return nil
+	})
+	if errors.Is(err, errAlreadyExists) {
+		fmt.Fprintf(f.stderr, "Error from server (AlreadyExists): error when creating \"STDIN\": pods %q already exists\n", c.Name)
+		return 1
+	}
+	if err != nil {
+		return f.fail(err)
+	}
+	// kubectl prints the Pod as the API server took it: Pending, before
+	// the kubelet has seen it; the state above is what a get shows next.
+	p := f.pod(c)
+	p["status"] = map[string]any{"phase": "Pending", "qosClass": "Burstable"}
+	out, _ := json.MarshalIndent(p, "", "    ")
+	fmt.Fprintln(f.stdout, string(out))
+	return 0
+}
+
+// kdelete handles `delete --raw /api/v1/namespaces/NS/pods/NAME -f -`
+// (DeleteOptions with preconditions on stdin) and `delete pods -l SEL
+// --field-selector status.phase!=...` (finished Pods only).
+func (f *fake) kdelete(ns string, args []string) int {
+	if len(args) >= 2 && args[0] == "--raw" {
+		parts := strings.Split(args[1], "/")
+		if len(parts) != 7 || parts[3] != "namespaces" || parts[5] != "pods" {
+			fmt.Fprintf(f.stderr, "Error from server (NotFound): the server could not find the requested resource\n")
+			return 1
+		}
+		ns, name := parts[4], parts[6]
+		var opts struct {
+			Preconditions struct {
+				UID             string `json:"uid"`
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"preconditions"`
+		}
+		if b, err := io.ReadAll(f.stdin); err == nil {
+			_ = json.Unmarshal(b, &opts)
+		}
+		var msg string
+		var gone *Container
+		err := f.st.update(func(st *State) error {
+			for _, c := range st.Containers {
+				if c.Namespace != ns || c.Name != name {
+					continue
+				}
+				switch {
+				case opts.Preconditions.UID != "" && opts.Preconditions.UID != podUID(c.ID):
+					msg = fmt.Sprintf("Error from server (Conflict): Operation cannot be fulfilled on Pod %q: the UID in the precondition (%s) does not match the UID in record (%s). The object might have been deleted and then recreated", name, opts.Preconditions.UID, podUID(c.ID))
+				case opts.Preconditions.ResourceVersion != "" && opts.Preconditions.ResourceVersion != strconv.Itoa(c.RV):
+					msg = fmt.Sprintf("Error from server (Conflict): Operation cannot be fulfilled on Pod %q: the ResourceVersion in the precondition (%s) does not match the ResourceVersion in record (%d). The object might have been modified", name, opts.Preconditions.ResourceVersion, c.RV)
+				default:
+					cp := *c
+					gone = &cp
+					killExecs(c, "")
+					st.remove(c)
+				}
+				return nil
+			}
+			msg = fmt.Sprintf("Error from server (NotFound): pods %q not found", name)
+			return nil
+		})
+		if err != nil {
+			return f.fail(err)
+		}
+		if msg != "" {
+			fmt.Fprintln(f.stderr, msg)
+			return 1
+		}
+		b, _ := json.Marshal(f.pod(gone))
+		fmt.Fprintln(f.stdout, string(b))
+		return 0
+	}
+	if len(args) > 1 && (args[0] == "pod" || args[0] == "pods") && !strings.HasPrefix(args[1], "-") {
+		return f.kdeleteNames(ns, args[1:])
+	}
+	sel, finishedOnly := "", false
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "-l" && i+1 < len(args):
+			i++
+			sel = args[i]
+		case args[i] == "--field-selector" && i+1 < len(args):
+			i++
+			finishedOnly = strings.Contains(args[i], "status.phase!=Running")
+		}
+	}
+	var deleted []string
+	err := f.st.update(func(st *State) error {
+		for _, c := range slices.Clone(st.Containers) {
+			if c.Namespace == ns && selects(sel, c.Labels) && (!finishedOnly || c.State == "exited") {
+				deleted = append(deleted, c.Name)
+				killExecs(c, "")
+				st.remove(c)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return f.fail(err)
+	}
+	if len(deleted) == 0 {
+		fmt.Fprintf(f.stdout, "No resources found\n")
+	}
+	for _, n := range deleted {
+		fmt.Fprintf(f.stdout, "pod %q force deleted\n", n)
+	}
+	return 0
+}
+
+// kdeleteNames is `delete pod NAME... [--wait=false]`: no preconditions.
+func (f *fake) kdeleteNames(ns string, args []string) int {
+	code := 0
+	for _, n := range args {
+		if strings.HasPrefix(n, "-") {
+			continue
+		}
+		found := false
+		if err := f.st.update(func(st *State) error {
+			for _, c := range st.Containers {
+				if c.Namespace == ns && c.Name == n {
+					found = true
+					killExecs(c, "")
+					st.remove(c)
+					return nil
+				}
+			}
+			return nil
+		}); err != nil {
+			return f.fail(err)
+		}
+		if found {
+			fmt.Fprintf(f.stdout, "pod %q deleted from %s namespace\n", n, ns)
+		} else {
+			fmt.Fprintf(f.stderr, "Error from server (NotFound): pods %q not found\n", n)
+			code = 1
+		}
+	}
+	return code
+}
+
+// kexec runs `exec [-i] [-t] NAME -c sandbox -- CMD...`. hsbx's wrapper
+// (/bin/sh -c SCRIPT hsbx-exec ENV WORKDIR CMD...) is understood: the
+// environment is read from the first ENV bytes of stdin. A non-zero
+// status ends stderr with kubectl's own line, as the real one does.
+func (f *fake) kexec(ns string, args []string) int {
+	var name string
+	var cmd []string
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--":
+			cmd = args[i+1:]
+			i = len(args)
+		case a == "-c" && i+1 < len(args):
+			i++
+		case strings.HasPrefix(a, "-"):
+		default:
+			name = a
+		}
+	}
+	var c *Container
+	if err := f.st.view(func(st *State) error {
+		for _, x := range st.Containers {
+			if x.Namespace == ns && x.Name == name {
+				cp := *x
+				c = &cp
+			}
+		}
+		return nil
+	}); err != nil {
+		return f.fail(err)
+	}
+	switch {
+	case c == nil:
+		fmt.Fprintf(f.stderr, "Error from server (NotFound): pods %q not found\n", name)
+		return 1
+	case c.State == "exited":
+		fmt.Fprintf(f.stderr, "error: cannot exec into a container in a completed pod; current phase is %s\n", f.pod(c)["status"].(map[string]any)["phase"])
+		return 1
+	case c.State != "running":
+		fmt.Fprintf(f.stderr, "error: unable to upgrade connection: container not found (\"sandbox\")\n")
+		return 1
+	}
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + c.Name}, c.Env...)
+	wd := c.WorkDir
+	wrapped := len(cmd) >= 6 && cmd[0] == "/bin/sh" && cmd[1] == "-c" && cmd[3] == "hsbx-exec"
+	if wrapped {
+		src := cmd[4]
+		if cmd[5] != "" {
+			wd = cmd[5]
+		}
+		cmd = cmd[6:]
+		if src != "0" {
+			n, err := strconv.Atoi(src)
+			block := make([]byte, max(n, 0))
+			if err == nil {
+				_, err = io.ReadFull(f.stdin, block)
+			}
+			vars, ok := parseEnvBlock(string(block))
+			if err != nil || !ok {
+				fmt.Fprintln(f.stderr, "hsbx: the command's environment did not arrive (the image needs sh and dd)")
+				return f.kstatus(126)
+			}
+			env = append(env, vars...)
+		}
+	}
+	if len(cmd) == 0 {
+		return f.kusage("you must specify at least one command for the container")
+	}
+	if wrapped && !builtins[cmd[0]] {
+		fmt.Fprintf(f.stderr, "/bin/sh: exec: line 11: %s: not found\n", cmd[0]) // the wrapper's exec, as in the Pod
+		return f.kstatus(127)
+	}
+	if !wrapped && !builtins[cmd[0]] {
+		// the runtime's exec of a missing executable: kubectl's internal error
+		fmt.Fprintf(f.stderr, "error: Internal error occurred: Internal error occurred: error executing command in container: failed to exec in container: failed to start exec %q: OCI runtime exec failed: exec failed: unable to start container process: exec: %q: executable file not found in $PATH: unknown\n", c.ID, cmd[0])
+		return 1
+	}
+	if strings.Contains(strings.Join(cmd, " "), "sort -u") && strings.Contains(strings.Join(cmd, " "), "/proc/[0-9]*") {
+		for _, e := range c.Execs { // LiveExecs: the markers of the commands that run
+			if e.Token != "" && alive(e.Pid) {
+				fmt.Fprintf(f.stdout, "HSBX_EXEC_ID=%s\n", e.Token)
+			}
+		}
+		return 0
+	}
+	return f.kstatus(f.runExec(c, cmd, wd, env))
+}
+
+// kstatus ends a non-zero exec as kubectl does.
+func (f *fake) kstatus(code int) int {
+	if code != 0 {
+		fmt.Fprintf(f.stderr, "command terminated with exit code %d\n", code)
+	}
+	return code
+}
+
+// parseEnvBlock reads the wrapper's "export K='v'" lines; ok says the
+// closing HSBX_ENV_OK=1 arrived.
+func parseEnvBlock(b string) (vars []string, ok bool) {
+	for b != "" {
+		switch {
+		case strings.HasPrefix(b, "HSBX_ENV_OK=1\n"):
+			return vars, true
+		case strings.HasPrefix(b, "export "):
+			k, rest, found := strings.Cut(strings.TrimPrefix(b, "export "), "='")
+			if !found {
+				return vars, false
+			}
+			var v strings.Builder
+			for {
+				i := strings.IndexByte(rest, '\'')
+				if i < 0 {
+					return vars, false
+				}
+				v.WriteString(rest[:i])
+				rest = rest[i+1:]
+				if strings.HasPrefix(rest, `\''`) {
+					v.WriteByte('\'')
+					rest = rest[3:]
+					continue
+				}
+				break
+			}
+			vars = append(vars, k+"="+v.String())
+			b = strings.TrimPrefix(rest, "\n")
+		default:
+			return vars, false
+		}
+	}
+	return vars, false
+}
