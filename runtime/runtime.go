@@ -1,7 +1,8 @@
 // Package runtime is hsbx's view of a container engine: the Runtime interface
-// over the docker or podman CLI, the types every engine's output is parsed
-// into, and the typed errors callers branch on. The dialects live in
-// runtime/docker and runtime/podman; runtime/detect picks one.
+// over the docker or podman CLI (or kubectl, where a container is a Pod),
+// the types every engine's output is parsed into, and the typed errors
+// callers branch on. The dialects live in runtime/docker, runtime/podman and
+// runtime/kubectl; runtime/detect picks one.
 package runtime
 
 import (
