@@ -97,6 +97,21 @@ type KubeTarget struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
+// WithDefaults fills what o leaves unset: a runner logging to o.Logger,
+// DefaultTimeout, and the process environment.
+func (o Options) WithDefaults() Options {
+	if o.Runner == nil {
+		o.Runner = &proc.Runner{Log: o.Logger}
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Env == nil {
+		o.Env = os.Environ()
+	}
+	return o
+}
+
 // DefaultTimeout bounds an engine call when Options.Timeout is not set.
 const DefaultTimeout = 60 * time.Second
 
@@ -113,15 +128,7 @@ var _ runtime.Runtime = (*Engine)(nil)
 
 // New returns an Engine for the CLI at bin speaking dialect d.
 func New(d Dialect, bin string, o Options) *Engine {
-	if o.Runner == nil {
-		o.Runner = &proc.Runner{Log: o.Logger}
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.Env == nil {
-		o.Env = os.Environ()
-	}
+	o = o.WithDefaults()
 	return &Engine{d: d, bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout}
 }
 

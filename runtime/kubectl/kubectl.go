@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -38,15 +37,7 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // New returns the runtime for the kubectl at bin; o.Kubernetes names the
 // context and namespace.
 func New(bin string, o enginecli.Options) *Runtime {
-	if o.Runner == nil {
-		o.Runner = &proc.Runner{Log: o.Logger}
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = enginecli.DefaultTimeout
-	}
-	if o.Env == nil {
-		o.Env = os.Environ()
-	}
+	o = o.WithDefaults()
 	return &Runtime{bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout, target: o.Kubernetes}
 }
 
