@@ -58,6 +58,11 @@ type Settings struct {
 type KubernetesSettings struct {
 	Context   Setting[string]
 	Namespace Setting[string]
+	// StorageClass keeps a persistent sandbox's /workspace and /root in a
+	// PersistentVolumeClaim of this class ("" = in the Pod, not kept);
+	// StorageSize is what the claim requests.
+	StorageClass Setting[string]
+	StorageSize  Setting[string]
 }
 
 // SandboxSettings are the [sandbox] table: how a sandbox is made.
@@ -119,7 +124,8 @@ func Defaults() Settings {
 			OrphanReaper: Setting[bool]{true, "default"}, Lifetime: Setting[time.Duration]{300 * time.Second, "default"},
 			IdleAfter: Setting[time.Duration]{0, "default"},
 		},
-		Kubernetes: KubernetesSettings{Context: Setting[string]{"", "default"}, Namespace: Setting[string]{"", "default"}},
+		Kubernetes: KubernetesSettings{Context: Setting[string]{"", "default"}, Namespace: Setting[string]{"", "default"},
+			StorageClass: Setting[string]{"", "default"}, StorageSize: Setting[string]{d.StorageSize, "default"}},
 	}
 }
 
@@ -173,6 +179,8 @@ func (s *Settings) fields() []field {
 		{key: "reaper.idle_after", flag: "--idle", ptr: &r.IdleAfter},
 		{key: "kubernetes.context", env: []string{"HSBX_KUBE_CONTEXT"}, flag: "--kube-context", ptr: &k.Context},
 		{key: "kubernetes.namespace", env: []string{"HSBX_KUBE_NAMESPACE"}, flag: "--kube-namespace", ptr: &k.Namespace},
+		{key: "kubernetes.storage_class", env: []string{"HSBX_KUBE_STORAGE_CLASS"}, ptr: &k.StorageClass},
+		{key: "kubernetes.storage_size", env: []string{"HSBX_KUBE_STORAGE_SIZE"}, ptr: &k.StorageSize},
 	}
 }
 
@@ -453,7 +461,10 @@ func (c *Config) Validate() error {
 	if err := c.Spec().Validate(); err != nil {
 		var bs *sandbox.SpecError
 		if errors.As(err, &bs) {
-			key := "sandbox." + bs.Setting
+			key := bs.Setting
+			if !strings.Contains(key, ".") {
+				key = "sandbox." + key
+			}
 			src := "default"
 			if f, ok := lookup(c.fields(), key); ok {
 				src = f.source()
@@ -501,6 +512,7 @@ func (c *Config) Spec() sandbox.Spec {
 		RunAsHostUser: sb.RunAsHostUser.Value, MountCwdToWorkspace: sb.MountCwdToWorkspace.Value,
 		Persistent: sb.Persistent.Value, PersistAcrossProcesses: sb.PersistAcrossProcesses.Value,
 		SandboxDir: sb.SandboxDir.Value, SnapCompat: sb.SnapCompat.Value,
+		StorageClass: c.Kubernetes.StorageClass.Value, StorageSize: c.Kubernetes.StorageSize.Value,
 		Explicit: map[string]bool{},
 	}
 	for _, f := range c.fields() {

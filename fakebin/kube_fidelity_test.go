@@ -2,7 +2,9 @@ package fakebin_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -31,16 +33,21 @@ func TestFakeKubectlMatchesCaptures(t *testing.T) {
 	dir := filepath.Join("..", "testdata", "kube", "kubectl-v1."+strings.TrimPrefix(fakebin.KubectlVersion, "v1."))
 	state := t.TempDir()
 	stdin := map[string]string{
-		"create_run":       capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
-		"create_exists":    capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
-		"create_done":      capPod("cap-done", `["true"]`, "hsbx-busybox"),
-		"create_bad_image": capPod("cap-bad-image", `["true"]`, "nosuchimage:1"),
-		"exec_stdin":       "stdin-ok\n",
+		"create_run":             capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
+		"create_exists":          capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
+		"create_done":            capPod("cap-done", `["true"]`, "hsbx-busybox"),
+		"create_bad_image":       capPod("cap-bad-image", `["true"]`, "nosuchimage:1"),
+		"exec_stdin":             "stdin-ok\n",
+		"claim_create":           capClaim,
+		"claim_create_exists":    capClaim,
+		"claim_delete_other_uid": `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}}`,
 	}
 	order := []string{"version", "version_client", "auth_can_i", "auth_can_i_exec", "current_context", "get_none",
 		"create_run", "create_exists", "create_done", "create_bad_image", "get_one", "get_missing", "get_label",
 		"exec_ok", "exec_exit3", "exec_not_found", "exec_missing", "exec_done", "exec_words", "exec_stdin",
-		"delete_missing", "delete_run", "delete_done", "down_no_config", "down_get"}
+		"delete_missing", "delete_run", "delete_done",
+		"class_ok", "class_missing", "claim_get_none", "claim_create", "claim_create_exists", "claim_get", "claim_delete_other_uid", "claim_delete",
+		"down_no_config", "down_get"}
 	for _, name := range order {
 		read := func(ext string) string {
 			b, err := os.ReadFile(filepath.Join(dir, name+"."+ext))
@@ -55,6 +62,15 @@ func TestFakeKubectlMatchesCaptures(t *testing.T) {
 		env := []string{"FAKEENGINE_DIR=" + state, "FAKEENGINE_EXEC_INPROCESS=1"}
 		if strings.HasPrefix(name, "down_") {
 			env = append(env, "FAKEENGINE_DOWN=1")
+		}
+		if name == "claim_delete" { // the precondition is the fake claim's own uid
+			var got bytes.Buffer
+			fakebin.Run("kubectl", []string{"get", "persistentvolumeclaims", "-o", "json", "cap-claim"}, env, nil, &got, &bytes.Buffer{})
+			uid := regexp.MustCompile(`"uid": "([^"]+)"`).FindStringSubmatch(got.String())
+			if uid == nil {
+				t.Fatalf("claim_delete: no claim in the fake: %s", got.String())
+			}
+			stdin[name] = `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"` + uid[1] + `"}}`
 		}
 		var out, errb bytes.Buffer
 		code := fakebin.Run("kubectl", argv, env, strings.NewReader(stdin[name]), &out, &errb)
@@ -80,6 +96,17 @@ func TestFakeKubectlMatchesCaptures(t *testing.T) {
 			if f, r := kubectl.Classify(code, errb.String()), kubectl.Classify(wantCode, wantErr); !errors.Is(f, r) {
 				t.Errorf("%s: fake error class %v, real %v\nfake: %s\nreal: %s", name, f, r, errb.String(), wantErr)
 			}
+			if name == "claim_delete_other_uid" && hexUID.ReplaceAllString(errb.String(), "UID") != hexUID.ReplaceAllString(wantErr, "UID") {
+				t.Errorf("%s: fake %q, real %q", name, errb.String(), wantErr)
+			}
+		case strings.HasPrefix(name, "claim_"):
+			if got, want := claimView(t, out.Bytes()), claimView(t, []byte(wantOut)); got != want {
+				t.Errorf("%s: fake claim %s, real %s", name, got, want)
+			}
+		case strings.HasPrefix(name, "class_"):
+			if out.String() != wantOut {
+				t.Errorf("%s: fake %q, real %q", name, out.String(), wantOut)
+			}
 		case strings.HasPrefix(name, "get_") || strings.HasPrefix(name, "create_"):
 			if !samePods(t, out.Bytes(), []byte(wantOut)) {
 				t.Errorf("%s: fake pods differ from real:\n%s", name, out.String())
@@ -92,7 +119,40 @@ func TestFakeKubectlMatchesCaptures(t *testing.T) {
 	}
 }
 
-var hexID = regexp.MustCompile(`[0-9a-f]{64}`)
+var (
+	hexID  = regexp.MustCompile(`[0-9a-f]{64}`)
+	hexUID = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+)
+
+// capClaim is the claim scripts/capture-kube.sh creates.
+const capClaim = `{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"cap-claim","labels":{"hsbx.profile":"cap","hsbx.task":"cap-claim"},"annotations":{"hsbx.key":"cap/cap-claim"}},
+ "spec":{"accessModes":["ReadWriteOnce"],"storageClassName":"hsbx-local","resources":{"requests":{"storage":"1Gi"}}}}`
+
+// claimView is what hsbx reads of a claim: kind, name, labels and
+// annotations it set, class, whether it is being deleted ("" for no
+// output).
+func claimView(t *testing.T, out []byte) string {
+	if len(bytes.TrimSpace(out)) == 0 {
+		return ""
+	}
+	var c struct {
+		Kind     string
+		Metadata struct {
+			Name              string
+			UID               string
+			Labels            map[string]string
+			Annotations       map[string]string
+			DeletionTimestamp string
+		}
+		Spec struct{ StorageClassName string }
+	}
+	if err := json.Unmarshal(out, &c); err != nil {
+		t.Errorf("claim: %v in %s", err, out)
+		return "?"
+	}
+	return fmt.Sprintf("%s %s uid:%v labels:%v key:%q class:%s deleting:%v", c.Kind, c.Metadata.Name, c.Metadata.UID != "", c.Metadata.Labels,
+		c.Metadata.Annotations["hsbx.key"], c.Spec.StorageClassName, c.Metadata.DeletionTimestamp != "")
+}
 
 // samePods compares what ParsePods reads, less ids and times.
 func samePods(t *testing.T, fake, captured []byte) bool {

@@ -122,20 +122,31 @@ func (f *fake) pod(c *Container) map[string]any {
 		meta["annotations"] = c.Annotations
 	}
 	phase, state := "Running", map[string]any{"running": map[string]string{"startedAt": c.StartedAt.Format(time.RFC3339)}}
-	switch c.State {
-	case "created":
+	var conditions []map[string]any
+	switch {
+	case c.State == "created" && c.Unschedulable != "":
+		phase, state = "Pending", nil
+		conditions = []map[string]any{{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": c.Unschedulable}}
+	case c.State == "created":
 		phase = "Pending"
 		state = map[string]any{"waiting": map[string]string{"reason": "ErrImageNeverPull", "message": fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)}}
-	case "exited":
+	case c.State == "exited":
 		phase = "Succeeded"
 		if c.ExitCode != 0 {
 			phase = "Failed"
 		}
 		state = map[string]any{"terminated": map[string]any{"exitCode": c.ExitCode, "startedAt": c.StartedAt.Format(time.RFC3339), "finishedAt": c.FinishedAt.Format(time.RFC3339)}}
 	}
+	status := map[string]any{"phase": phase}
+	if state != nil {
+		status["containerStatuses"] = []map[string]any{{"name": "sandbox", "state": state}}
+	}
+	if conditions != nil {
+		status["conditions"] = conditions
+	}
 	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta,
 		"spec":   map[string]any{"containers": []map[string]any{{"name": "sandbox", "image": c.Image}}},
-		"status": map[string]any{"phase": phase, "containerStatuses": []map[string]any{{"name": "sandbox", "state": state}}}}
+		"status": status}
 }
 
 // selects reports whether a label selector ("k", "k=v", "k in (a,b)",
@@ -170,10 +181,12 @@ func sel0(s string) string { return strings.TrimSpace(s) }
 
 func (f *fake) kget(ns string, args []string) int {
 	var names []string
-	sel, ignore := "", false
+	sel, ignore, kind := "", false, "pods"
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
 		case a == "pods" || a == "pod":
+		case a == "persistentvolumeclaims" || a == "pvc" || a == "storageclasses":
+			kind = a
 		case a == "-o" && i+1 < len(args):
 			i++
 		case a == "-l" && i+1 < len(args):
@@ -184,6 +197,12 @@ func (f *fake) kget(ns string, args []string) int {
 		default:
 			names = append(names, a)
 		}
+	}
+	switch kind {
+	case "storageclasses":
+		return f.kgetClasses(names, ignore)
+	case "persistentvolumeclaims", "pvc":
+		return f.kgetClaims(ns, names, ignore)
 	}
 	var items []map[string]any
 	var missing []string
@@ -229,6 +248,14 @@ func (f *fake) kget(ns string, args []string) int {
 // is there and its command keeps running, finished when it exits at once,
 // Pending (ErrImageNeverPull) when the image is missing.
 func (f *fake) kcreate(ns string) int {
+	b, err := io.ReadAll(f.stdin)
+	if err != nil {
+		return f.fail(err)
+	}
+	var head struct{ Kind string }
+	if json.Unmarshal(b, &head) == nil && head.Kind == "PersistentVolumeClaim" {
+		return f.kcreateClaim(ns, b)
+	}
 	var m struct {
 		Metadata struct {
 			Name        string            `json:"name"`
@@ -242,12 +269,14 @@ func (f *fake) kcreate(ns string) int {
 				WorkingDir string   `json:"workingDir"`
 				Env        []struct{ Name, Value string }
 			} `json:"containers"`
+			Volumes []struct {
+				PersistentVolumeClaim *struct {
+					ClaimName string `json:"claimName"`
+				} `json:"persistentVolumeClaim"`
+			} `json:"volumes"`
 		} `json:"spec"`
 	}
-	b, err := io.ReadAll(f.stdin)
-	if err == nil {
-		err = json.Unmarshal(b, &m)
-	}
+	err = json.Unmarshal(b, &m)
 	if err != nil || m.Metadata.Name == "" || len(m.Spec.Containers) != 1 {
 		fmt.Fprintf(f.stderr, "error: error validating \"STDIN\": %v\n", err)
 		return 1
@@ -264,7 +293,27 @@ func (f *fake) kcreate(ns string) int {
 	for _, e := range spec.Env {
 		c.Env = append(c.Env, e.Name+"="+e.Value)
 	}
-	if f.haveImage(spec.Image) {
+	for _, v := range m.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			c.Claims = append(c.Claims, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	var missingClaim string
+	if err := f.st.view(func(st *State) error {
+		for _, n := range c.Claims {
+			if !slices.ContainsFunc(st.Claims, func(x *Claim) bool { return x.Namespace == ns && x.Name == n && x.Deleting.IsZero() }) {
+				missingClaim = n
+			}
+		}
+		return nil
+	}); err != nil {
+		return f.fail(err)
+	}
+	switch {
+	case missingClaim != "":
+		// The scheduler holds it: Pending, PodScheduled False.
+		c.Unschedulable = fmt.Sprintf("0/1 nodes are available: persistentvolumeclaim %q not found. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.", missingClaim)
+	case f.haveImage(spec.Image):
 		c.StartedAt = f.now
 		if longRunning(c.Cmd) {
 			c.State = "running"
@@ -302,6 +351,9 @@ func (f *fake) kcreate(ns string) int {
 func (f *fake) kdelete(ns string, args []string) int {
 	if len(args) >= 2 && args[0] == "--raw" {
 		parts := strings.Split(args[1], "/")
+		if len(parts) == 7 && parts[3] == "namespaces" && parts[5] == "persistentvolumeclaims" {
+			return f.kdeleteClaimRaw(parts[4], parts[6])
+		}
 		if len(parts) != 7 || parts[3] != "namespaces" || parts[5] != "pods" {
 			fmt.Fprintf(f.stderr, "Error from server (NotFound): the server could not find the requested resource\n")
 			return 1

@@ -37,6 +37,10 @@ type Container struct {
 	Namespace   string            `json:"namespace,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 	RV          int               `json:"rv,omitempty"`
+	// Claims are the PersistentVolumeClaims a Pod mounts; Unschedulable
+	// is why the scheduler holds it (a claim missing).
+	Claims        []string `json:"claims,omitempty"`
+	Unschedulable string   `json:"unschedulable,omitempty"`
 	// Execs are the exec'd command processes, by host pid. They outlive a
 	// killed client, as on a real engine.
 	Execs map[string]ExecProc `json:"execs,omitempty"`
@@ -59,6 +63,23 @@ type State struct {
 	Containers []*Container `json:"containers"`
 	// Pulled are the images pull fetched from FAKEENGINE_REGISTRY.
 	Pulled []string `json:"pulled,omitempty"`
+	// Claims are the fake kubectl's PersistentVolumeClaims.
+	Claims []*Claim `json:"claims,omitempty"`
+}
+
+// Claim is one fake PersistentVolumeClaim.
+type Claim struct {
+	Namespace   string            `json:"namespace"`
+	Name        string            `json:"name"`
+	UID         string            `json:"uid"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Class       string            `json:"class"`
+	Size        string            `json:"size"`
+	Created     time.Time         `json:"created"`
+	// Deleting: deleted while a Pod used it; it goes with the last Pod
+	// (the pvc-protection finalizer).
+	Deleting time.Time `json:"deleting,omitzero"`
 }
 
 // store is the state file plus its lock, under dir.

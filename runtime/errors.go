@@ -41,6 +41,9 @@ var (
 	ErrNoSuchPath = errors.New("no such file or directory in the container")
 	// ErrEngine: any other failure reported by the engine.
 	ErrEngine = errors.New("engine error")
+	// ErrForeignClaim: a claim of the sandbox's name exists without its
+	// labels; it is never mounted or removed.
+	ErrForeignClaim = errors.New("claim not made by hsbx for this sandbox")
 )
 
 // EngineError is a failed engine call: the argv, the exit code and the

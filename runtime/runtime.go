@@ -104,6 +104,30 @@ type RunSpec struct {
 	Args  []string
 	Image string
 	Cmd   []string
+	// Claims are the persistent volumes the container mounts by name
+	// (--mount type=volume,source=NAME in Args), made before it when
+	// absent (kubectl only: a PersistentVolumeClaim per sandbox key).
+	Claims []Claim
+}
+
+// Claim is a persistent volume that outlives the containers that mount it:
+// on Kubernetes a PersistentVolumeClaim of a storage class.
+type Claim struct {
+	Name  string
+	Class string // the storage class
+	Size  string // the storage requested, docker-style ("2g")
+	// Labels mark the claim as the sandbox key's; one that exists without
+	// exactly these is never mounted or removed.
+	Labels map[string]string
+}
+
+// ClaimRemover is implemented by runtimes whose sandboxes keep files in
+// claims (kubectl): RemoveClaims deletes the named claims that carry
+// their labels, waits until they are gone, and returns the names it
+// removed. A missing claim is not an error; one without the labels is
+// left alone and named in an ErrForeignClaim error.
+type ClaimRemover interface {
+	RemoveClaims(ctx context.Context, claims ...Claim) ([]string, error)
 }
 
 // ExecSpec describes a command to run in a running container.

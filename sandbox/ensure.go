@@ -293,7 +293,7 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	mounts, err := s.mounts()
+	mounts, err := s.mounts(host)
 	if err != nil {
 		return "", err
 	}
@@ -397,10 +397,15 @@ func (s *Sandbox) cleanupAttempt(ctx context.Context, nonce string) {
 
 // mounts makes the per-key persistent dirs: Hermes's layout under
 // SandboxDir (TERMINAL_SANDBOX_DIR) when set, so both tools see the same
-// files for a task, else hsbx's own under the state dir.
-func (s *Sandbox) mounts() (Mounts, error) {
+// files for a task, else hsbx's own under the state dir. On Kubernetes
+// there are no host dirs: the key's claim is named for the key.
+func (s *Sandbox) mounts(h Host) (Mounts, error) {
 	m := Mounts{CallerCwd: s.m.c.Cwd}
 	if !s.spec.Persistent {
+		return m, nil
+	}
+	if h.Dialect == runtime.Kubectl {
+		m.Claim = s.key.Name()
 		return m, nil
 	}
 	var base string

@@ -382,3 +382,62 @@ func TestPerProcessSandboxes(t *testing.T) {
 		}
 	})
 }
+
+// A persistent sandbox's /workspace and /root survive stop: on docker and
+// podman in the key's host dirs, on Kubernetes in the key's claim
+// (kubernetes.storage_class). down removes the claim and says so; the
+// host dirs stay (Hermes's layout, shared with it).
+func TestPersistentFilesSurviveStop(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if e.tg.Fake {
+			t.Skip("the fakes keep no files")
+		}
+		if e.tg.Rootless {
+			t.Skip("the test runs as root: the key's host dirs it makes are not writable for a rootless engine's container root")
+		}
+		spec := e.spec()
+		if e.kube() {
+			if e.tg.StorageClass == "" {
+				t.Skip("no storage class (HSBX_IT_KUBE_STORAGE_CLASS): scripts/kube.sh makes hsbx-local")
+			}
+			spec.StorageClass, spec.StorageSize = e.tg.StorageClass, "1g"
+		}
+		ctx := context.Background()
+		sb := e.manager().Sandbox(e.key("keep"), spec)
+		sh := func(script string) string {
+			var out, errb bytes.Buffer
+			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
+			if err != nil || code != 0 {
+				t.Fatalf("%s: exit %d %v %s", script, code, err, errb.String())
+			}
+			return out.String()
+		}
+		sh("echo kept > /workspace/f && echo home > /root/g")
+		if sr, err := sb.Stop(ctx); sr != sandbox.Stopped || err != nil {
+			t.Fatalf("Stop: %v %v", sr, err)
+		}
+		next := e.manager().Sandbox(e.key("keep"), spec) // another process
+		var out bytes.Buffer
+		if code, err := next.Exec(ctx, sandbox.Command{Argv: []string{"cat", "/workspace/f", "/root/g"}, Stdout: &out}); err != nil || code != 0 || out.String() != "kept\nhome\n" {
+			t.Fatalf("after stop: exit %d %v %q, want the files", code, err, out.String())
+		}
+		removed, err := next.Teardown(ctx)
+		if err != nil || len(removed.Containers) != 1 {
+			t.Fatalf("Teardown: %+v %v", removed, err)
+		}
+		if e.kube() != (len(removed.Claims) == 1 && removed.Claims[0] == e.key("keep").Name()) {
+			t.Errorf("Teardown removed claims %v (want the key's on Kubernetes only)", removed.Claims)
+		}
+		out.Reset()
+		code, _ := sb.Exec(ctx, sandbox.Command{Argv: []string{"cat", "/workspace/f"}, Stdout: &out})
+		if e.kube() && code == 0 {
+			t.Errorf("after down, /workspace/f is still there (%q): the claim was not removed", out.String())
+		}
+		if !e.kube() && (code != 0 || out.String() != "kept\n") {
+			t.Errorf("after down: exit %d %q: the host dir should keep the file", code, out.String())
+		}
+		if _, err := sb.Teardown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"path"
@@ -48,6 +49,13 @@ type Spec struct {
 	// sets it from the image's entrypoint when it creates a sandbox.
 	ImageInit bool
 
+	// StorageClass (kubectl only): a persistent sandbox keeps /workspace
+	// and /root in a PersistentVolumeClaim of this class, one per key,
+	// of StorageSize. Empty: they live in the Pod (memory-backed) and do
+	// not persist.
+	StorageClass string
+	StorageSize  string
+
 	// Explicit holds the names of settings the user chose ("cpu", "memory",
 	// "pids_limit", "network", "disk", "cwd", ...).
 	Explicit map[string]bool
@@ -57,11 +65,15 @@ type Spec struct {
 // shell and a package manager.
 const DefaultImage = "debian:bookworm-slim"
 
+// DefaultStorageSize is the storage a sandbox's claim requests on
+// Kubernetes (kubernetes.storage_size).
+const DefaultStorageSize = "10g"
+
 // DefaultSpec returns the defaults (those of the Hermes Docker backend).
 func DefaultSpec() Spec {
 	return Spec{
 		Image: DefaultImage, Cwd: "/root", CPU: 1, MemoryMB: 5120, PidsLimit: 256, ShmSize: "1g",
-		Network: true, Persistent: true, PersistAcrossProcesses: true,
+		Network: true, Persistent: true, PersistAcrossProcesses: true, StorageSize: DefaultStorageSize,
 	}
 }
 
@@ -84,6 +96,7 @@ func (h Host) limitsIgnored() bool { return h.Rootless && h.CgroupV1 }
 // Mounts are the host paths a sandbox binds.
 type Mounts struct {
 	Workspace, Home string // per-key persistent dirs (Spec.Persistent)
+	Claim           string // the key's claim on Kubernetes (Spec.StorageClass)
 	CallerCwd       string // the caller's directory (Spec.MountCwdToWorkspace)
 }
 
@@ -206,6 +219,8 @@ func (s Spec) Validate() error {
 		return &SpecError{"pids_limit", fmt.Sprintf("%d: want >= 0 (0 = unlimited)", s.PidsLimit)}
 	case s.ShmSize != "" && !validSize(s.ShmSize):
 		return &SpecError{"shm_size", fmt.Sprintf("%q: want a size like 64m or 1g", s.ShmSize)}
+	case s.StorageClass != "" && (s.StorageSize == "" || !validSize(s.StorageSize) || strings.Trim(s.StorageSize, "0bkmgBKMG") == ""):
+		return &SpecError{"kubernetes.storage_size", fmt.Sprintf("%q: want a size like 10g", s.StorageSize)}
 	}
 	return nil
 }
@@ -315,12 +330,19 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 	}
 	var warnings []string
 	persistent := s.Persistent
+	var claims []runtime.Claim
 	if h.Dialect == runtime.Kubectl {
 		var err error
 		if warnings, err = kubeLimits(s); err != nil {
 			return runtime.RunSpec{}, nil, err
 		}
-		persistent = false // no PersistentVolumeClaim yet: the Pod's own emptyDirs
+		if persistent && s.StorageClass != "" {
+			if m.Claim == "" {
+				return runtime.RunSpec{}, nil, errors.New("persistent sandbox on Kubernetes: no claim name")
+			}
+			claims = []runtime.Claim{{Name: m.Claim, Class: s.StorageClass, Size: s.StorageSize, Labels: key.Labels()}}
+		}
+		persistent = false // no host directories: the claim, or the Pod's own emptyDirs
 	}
 	cwd := s.Cwd
 	if s.MountCwdToWorkspace && !s.Explicit["cwd"] {
@@ -405,17 +427,25 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 	}
 
 	// Mounts.
+	claimMount := func(dir, target string) string {
+		return "type=volume,source=" + m.Claim + ",target=" + target + ",volume-subpath=" + dir
+	}
 	switch {
 	case s.MountCwdToWorkspace:
 		args = append(args, "-v", m.CallerCwd+":/workspace")
+	case len(claims) > 0:
+		args = append(args, "--mount", claimMount("workspace", "/workspace"))
 	case persistent:
 		args = append(args, "-v", m.Workspace+":/workspace")
 	default:
 		args = append(args, "--tmpfs", "/workspace:rw,exec,size=1g")
 	}
-	if persistent {
+	switch {
+	case len(claims) > 0:
+		args = append(args, "--mount", claimMount("home", "/root"))
+	case persistent:
 		args = append(args, "-v", m.Home+":/root")
-	} else {
+	default:
 		args = append(args, "--tmpfs", "/root:rw,exec,size=256m")
 	}
 	for _, v := range s.Volumes {
@@ -432,16 +462,16 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 	}
 	return runtime.RunSpec{
 		Name: name, Labels: labels, Env: env, Args: args,
-		Image: s.Image, Cmd: []string{"sleep", "infinity"},
+		Image: s.Image, Cmd: []string{"sleep", "infinity"}, Claims: claims,
 	}, warnings, nil
 }
 
 // kubeLimits checks a spec against what the kubectl runtime can do (a
-// Pod, on a cluster with no storage class hsbx uses yet and a CNI that may
-// not enforce NetworkPolicy): what it cannot do is an error when the user
-// chose it and a warning when it is a default, as for a rootless engine.
-// /workspace and /root cannot persist yet: they are the Pod's
-// memory-backed emptyDirs.
+// Pod, on a CNI that may not enforce NetworkPolicy): what it cannot do is
+// an error when the user chose it and a warning when it is a default, as
+// for a rootless engine. /workspace and /root persist in a claim of
+// kubernetes.storage_class; with none set they are the Pod's memory-backed
+// emptyDirs.
 func kubeLimits(s Spec) (warnings []string, err error) {
 	switch {
 	case !s.Network:
@@ -454,10 +484,11 @@ func kubeLimits(s Spec) (warnings []string, err error) {
 		return nil, &SpecError{"volumes", "a Pod cannot bind host paths; remove volumes for the kubectl runtime"}
 	case s.MountCwdToWorkspace:
 		return nil, &SpecError{"mount_cwd_to_workspace", "a Pod cannot bind the caller's directory; set mount_cwd_to_workspace = false for the kubectl runtime"}
+	case s.Persistent && s.StorageClass != "":
 	case s.Persistent && s.Explicit["persistent"]:
-		return nil, &SpecError{"persistent", "the kubectl runtime keeps /workspace and /root in the Pod (no PersistentVolumeClaim yet), so they do not survive the Pod being deleted (stop, down, reap); set persistent = false"}
+		return nil, &SpecError{"persistent", "with no kubernetes.storage_class set, the kubectl runtime keeps /workspace and /root in the Pod, so they would not survive the Pod being deleted (stop, down, reap); set kubernetes.storage_class to a storage class of the cluster (`kubectl get storageclasses`), or persistent = false"}
 	case s.Persistent:
-		warnings = append(warnings, "on Kubernetes, /workspace and /root live in the Pod (memory-backed, no PersistentVolumeClaim yet) and are lost when the Pod is deleted: stop, down and the reaper delete it")
+		warnings = append(warnings, "on Kubernetes with no kubernetes.storage_class set, /workspace and /root live in the Pod (memory-backed) and are lost when the Pod is deleted (stop, down, the reaper); set kubernetes.storage_class to keep them in a PersistentVolumeClaim")
 	}
 	return warnings, nil
 }

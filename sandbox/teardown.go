@@ -34,6 +34,9 @@ func (s *Sandbox) Stop(ctx context.Context) (StopResult, error) {
 			if err := s.rt().Stop(ctx, c.ID, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				return res, fmt.Errorf("stopping sandbox %s: %w", c.Name, err)
 			}
+			if s.rt().Dialect() == runtime.Kubectl {
+				s.forget(c.ID) // a stopped Pod is a deleted one: its id is gone for good
+			}
 		}
 	}
 	return res, nil
@@ -41,23 +44,56 @@ func (s *Sandbox) Stop(ctx context.Context) (StopResult, error) {
 
 // Down stops and removes every container of the key (hsbx-made, or made
 // by Hermes for exactly this key), whatever the mode, then checks with the
-// engine that they are gone. It returns the removed containers.
+// engine that they are gone. It returns the removed containers. On
+// Kubernetes it also removes the key's claim; Teardown says which.
 func (s *Sandbox) Down(ctx context.Context) ([]runtime.Container, error) {
+	r, err := s.Teardown(ctx)
+	return r.Containers, err
+}
+
+// Removed is what Teardown removed.
+type Removed struct {
+	Containers []runtime.Container
+	// Claims are the key's persistent volume claims (Kubernetes: its
+	// /workspace and /root), removed after its Pods.
+	Claims []string
+}
+
+// Teardown is Down, and on a runtime that keeps persistent files in claims
+// (kubectl) it then removes the key's claim — one that carries the key's
+// labels, with the cluster's word that it is gone — whether or not a Pod
+// was there (stop keeps the claim).
+func (s *Sandbox) Teardown(ctx context.Context) (Removed, error) {
+	var r Removed
 	cs, err := s.containers(ctx)
-	if err != nil || len(cs) == 0 {
-		return nil, err
+	if err != nil {
+		return r, err
 	}
 	for _, c := range cs {
 		s.endChannel(ctx, c.ID)
 	}
-	if err := s.removeAll(ctx, cs); err != nil {
-		return nil, err
+	if len(cs) > 0 {
+		if err := s.removeAll(ctx, cs); err != nil {
+			return r, err
+		}
+		r.Containers = cs
+		s.mu.Lock()
+		s.id = ""
+		s.mu.Unlock()
+		removeMarker(s.stateDir(), s.key.Hash())
 	}
-	s.mu.Lock()
-	s.id = ""
-	s.mu.Unlock()
-	removeMarker(s.stateDir(), s.key.Hash())
-	return cs, nil
+	if cr, ok := s.rt().(runtime.ClaimRemover); ok && s.rt().Dialect() == runtime.Kubectl {
+		claims, err := cr.RemoveClaims(ctx, runtime.Claim{Name: s.key.Name(), Labels: s.key.Labels()})
+		r.Claims = claims
+		if errors.Is(err, runtime.ErrForeignClaim) {
+			s.m.c.Warn(err.Error()) // named and left alone, as a squatting container is
+			err = nil
+		}
+		if err != nil {
+			return r, fmt.Errorf("removing the persistent files of sandbox %s: %w", s.name, err)
+		}
+	}
+	return r, nil
 }
 
 // Squatter returns the container that holds the sandbox's derived name

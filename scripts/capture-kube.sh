@@ -9,6 +9,7 @@
 set -uo pipefail
 bin=${HSBX_IT_KUBECTL:-kubectl}
 image=${HSBX_IT_KUBE_IMAGE:-hsbx-busybox}
+class=${HSBX_IT_KUBE_STORAGE_CLASS:-hsbx-local}
 v=$("$bin" version --client -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | head -1)
 out="$(cd "$(dirname "$0")/.." && pwd)/testdata/kube/kubectl-$v"
 rm -rf "$out"
@@ -65,6 +66,29 @@ echo stdin-ok | cap exec_stdin exec -i cap-run -c sandbox -- cat
 cap delete_missing delete pod cap-nonexist --wait=false
 cap delete_run delete pod cap-run --wait=false
 cap delete_done delete pod cap-done cap-bad-image --wait=false
+# claims (kubernetes.storage_class): the class looked up, a claim made, met
+# again, read, and deleted through the API with a uid precondition
+claim() { # claim NAME
+  cat <<JSON
+{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"$1","labels":{"hsbx.profile":"cap","hsbx.task":"$1"},"annotations":{"hsbx.key":"cap/$1"}},
+ "spec":{"accessModes":["ReadWriteOnce"],"storageClassName":"$class","resources":{"requests":{"storage":"1Gi"}}}}
+JSON
+}
+"$bin" delete pvc cap-claim --ignore-not-found --wait=true >/dev/null 2>&1
+cap class_ok get storageclasses -o name --ignore-not-found "$class"
+cap class_missing get storageclasses -o name --ignore-not-found nosuchclass
+cap claim_get_none get persistentvolumeclaims -o json --ignore-not-found cap-claim
+claim cap-claim | cap claim_create create -f - -o json
+claim cap-claim | cap claim_create_exists create -f - -o json
+cap claim_get get persistentvolumeclaims -o json --ignore-not-found cap-claim
+uid=$("$bin" get pvc cap-claim -o 'jsonpath={.metadata.uid}')
+ns=$("$bin" config view --minify -o 'jsonpath={..namespace}')
+echo '{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}}' |
+  cap claim_delete_other_uid delete --raw "/api/v1/namespaces/${ns:-default}/persistentvolumeclaims/cap-claim" -f -
+echo '{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"'"$uid"'"}}' |
+  cap claim_delete delete --raw "/api/v1/namespaces/${ns:-default}/persistentvolumeclaims/cap-claim" -f -
+"$bin" wait --for=delete pvc/cap-claim --timeout=30s >/dev/null 2>&1
+
 KUBECONFIG=/nonexistent cap down_no_config get pods -o json
 "$bin" config view --raw >"$out/.kc"
 sed -i 's#server: .*#server: https://127.0.0.1:1#' "$out/.kc"

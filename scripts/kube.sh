@@ -11,13 +11,18 @@
 #                   scripts/kube.sh --smoke [DIR]  a pod, exec, exit codes, stdin, delete
 # Afterwards:       . DIR/env.sh                    (KUBECONFIG, PATH, HSBX_IT_KUBECTL)
 #
+# Storage: the class hsbx-local, served by a small provisioner this script
+# runs (--provisioner, two kubectl watches): each claim of the class gets a
+# hostPath volume under DIR/volumes, deleted with the claim. It is what a
+# cluster's storage class gives hsbx's persistent sandboxes, on one node.
+#
 # The binaries are cached by version in HSBX_KUBE_CACHE (default
 # /var/cache/hsbx-kube/VERSION), so only the first run on a machine builds
 # them (9-14 minutes on 2 cores; later runs: none).
 set -euo pipefail
 
 mode=start
-case "${1:-}" in --stop | --smoke) mode=${1#--}; shift ;; esac
+case "${1:-}" in --stop | --smoke | --provisioner) mode=${1#--}; shift ;; esac
 dir=${1:-${HSBX_KUBE_DIR:-/tmp/hsbx-kube}}
 kver=${HSBX_KUBE_VERSION:-v1.34.4} # the last minor that runs on cgroup v1 without opt-in, and with containerd 1.6
 cache=${HSBX_KUBE_CACHE:-/var/cache/hsbx-kube/$kver}
@@ -35,6 +40,8 @@ die() {
   exit 1
 }
 
+self=$(readlink -f "$0")
+class=hsbx-local
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts containerd and the kubelet)"
 
 deps() {
@@ -192,6 +199,7 @@ start() {
   [ -n "$node_ip" ] || die "no non-loopback IPv4 address found: set HSBX_KUBE_NODE_IP"
   if running kubelet && kubectl get --raw /readyz >/dev/null 2>&1; then
     say "already running"
+    storage
     write_env
     return
   fi
@@ -290,6 +298,7 @@ EOF
     --root-dir="$dir/kubelet" --cert-dir="$dir/kubelet/pki" --node-ip="$node_ip" --hostname-override="$node"
   wait_for 90 "node $node" node_ready
   wait_for 60 "the default service account" kubectl get serviceaccount default
+  storage
   write_env
   say "ready: . $dir/env.sh"
 }
@@ -300,7 +309,48 @@ export KUBECONFIG=$dir/admin.kubeconfig
 export PATH=$bin:\$PATH
 export HSBX_IT_KUBECTL=$bin/kubectl
 export HSBX_IT_KUBE_IMAGE=$image
+export HSBX_IT_KUBE_STORAGE_CLASS=$class
 EOF
+}
+
+# storage: the class and its provisioner (below).
+storage() {
+  kubectl apply -f - >/dev/null <<EOF
+{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"$class"},
+ "provisioner":"hsbx.dev/hostpath","reclaimPolicy":"Delete","volumeBindingMode":"Immediate"}
+EOF
+  running provisioner || daemon provisioner bash "$self" --provisioner "$dir"
+}
+
+# provisioner: the hsbx-local class's external provisioner. A claim of the
+# class that is Pending gets a PersistentVolume bound to it (claimRef with
+# its uid) on a hostPath under DIR/volumes; a volume the class released
+# (its claim deleted) is deleted with its directory. Two kubectl watches,
+# restarted if the API server drops them.
+provisioner() {
+  local vols=$dir/volumes
+  mkdir -p "$vols"
+  while :; do
+    kubectl get persistentvolumeclaims -A --watch -o \
+      'jsonpath={.status.phase} {.spec.storageClassName} {.metadata.namespace} {.metadata.name} {.metadata.uid} {.spec.resources.requests.storage}{"\n"}' || true
+    sleep 1
+  done | while read -r phase cls ns name uid size; do
+    [ "$phase" = Pending ] && [ "$cls" = "$class" ] || continue
+    kubectl get persistentvolume "pvc-$uid" >/dev/null 2>&1 && continue
+    mkdir -p "$vols/pvc-$uid"
+    kubectl create -f - >/dev/null <<EOF || true
+{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-$uid","annotations":{"pv.kubernetes.io/provisioned-by":"hsbx.dev/hostpath"}},
+ "spec":{"capacity":{"storage":"$size"},"accessModes":["ReadWriteOnce"],"persistentVolumeReclaimPolicy":"Delete","storageClassName":"$class",
+ "claimRef":{"namespace":"$ns","name":"$name","uid":"$uid"},"hostPath":{"path":"$vols/pvc-$uid","type":"DirectoryOrCreate"}}}
+EOF
+  done &
+  while :; do
+    kubectl get persistentvolumes --watch -o 'jsonpath={.status.phase} {.spec.storageClassName} {.metadata.name}{"\n"}' || true
+    sleep 1
+  done | while read -r phase cls pv; do
+    [ "$phase" = Released ] && [ "$cls" = "$class" ] || continue
+    kubectl delete persistentvolume "$pv" --wait=false >/dev/null 2>&1 && rm -rf "${vols:?}/$pv"
+  done
 }
 
 stopproc() { # TERM, up to 20 s, then KILL: only the pids this script started
@@ -319,7 +369,8 @@ stop() {
     kubectl delete pods --all -A --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
     for _ in $(seq 1 60); do [ -z "$("${ctr[@]}" tasks ls -q 2>/dev/null)" ] && break; sleep 0.5; done
   fi
-  for t in kubelet kube-scheduler kube-controller-manager kube-apiserver; do stopproc "$t"; done
+  if running provisioner; then kill -- "-$(cat "$dir/run/provisioner.pid")" 2>/dev/null || true; fi # its process group: the watches too
+  for t in provisioner kubelet kube-scheduler kube-controller-manager kube-apiserver; do stopproc "$t"; done
   if running containerd; then
     for t in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s KILL "$t" 2>/dev/null || true; done
     sleep 1
@@ -361,4 +412,5 @@ start)
   ;;
 stop) stop ;;
 smoke) smoke ;;
+provisioner) provisioner ;;
 esac

@@ -388,7 +388,7 @@ func exitCode(ctx context.Context, err error) int {
 	}
 	for _, engine := range []error{runtime.ErrBinaryNotFound, runtime.ErrUnsupported, runtime.ErrUnreachable, runtime.ErrNetworkSetup,
 		runtime.ErrTimeout, runtime.ErrEngine, runtime.ErrBadOutput, runtime.ErrNotFound, runtime.ErrNameInUse,
-		runtime.ErrNotRunning, runtime.ErrPaused, runtime.ErrImageNotFound, sandbox.ErrForeignName} {
+		runtime.ErrNotRunning, runtime.ErrPaused, runtime.ErrImageNotFound, sandbox.ErrForeignName, runtime.ErrForeignClaim} {
 		if errors.Is(err, engine) {
 			return ExitEngine
 		}

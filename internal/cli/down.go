@@ -50,23 +50,30 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	removed, err := sb.Down(ctx)
+	removed, err := sb.Teardown(ctx)
 	if err != nil {
 		return err
 	}
 	if app.G.JSON {
 		ids := []string{}
-		for _, r := range removed {
+		for _, r := range removed.Containers {
 			ids = append(ids, r.ID)
 		}
-		return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"task": app.Cfg.Task.Value, "profile": app.profile(), "removed": ids})
+		out := map[string]any{"task": app.Cfg.Task.Value, "profile": app.profile(), "removed": ids}
+		if len(removed.Claims) > 0 {
+			out["removed_claims"] = removed.Claims
+		}
+		return json.NewEncoder(app.Env.Stdout).Encode(out)
 	}
-	if len(removed) == 0 {
+	if len(removed.Containers) == 0 && len(removed.Claims) == 0 {
 		noSandbox(ctx, app, sb)
 		return nil
 	}
-	for _, r := range removed {
+	for _, r := range removed.Containers {
 		fmt.Fprintf(app.Env.Stdout, "removed %s (%.12s)\n", safe(r.Name), r.ID)
+	}
+	for _, c := range removed.Claims {
+		fmt.Fprintf(app.Env.Stdout, "removed persistent volume claim %s (/workspace and /root)\n", safe(c))
 	}
 	return nil
 }

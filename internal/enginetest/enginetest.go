@@ -48,8 +48,11 @@ type Target struct {
 	// StateDir is a directory the engine's user can use for bind mounts
 	// (the rootless user cannot enter root's home).
 	StateDir string
-	// Kube is the context and namespace of a kubectl target.
-	Kube enginecli.KubeTarget
+	// Kube is the context and namespace of a kubectl target;
+	// StorageClass the cluster's class for claims
+	// (HSBX_IT_KUBE_STORAGE_CLASS, "" = none).
+	Kube         enginecli.KubeTarget
+	StorageClass string
 }
 
 // Kube returns the real Kubernetes cluster that scripts/kube.sh set up
@@ -91,7 +94,7 @@ func KubeIfConfigured(t *testing.T) (Target, bool) {
 	})
 	dir := t.TempDir()
 	return Target{Name: "kubectl", Bin: bin, Image: image, Env: os.Environ(), StateDir: dir,
-		Kube: enginecli.KubeTarget{Namespace: ns}}, true
+		Kube: enginecli.KubeTarget{Namespace: ns}, StorageClass: os.Getenv("HSBX_IT_KUBE_STORAGE_CLASS")}, true
 }
 
 // Targets lists the engines: fakes always, real ones when configured.

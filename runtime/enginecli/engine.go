@@ -290,6 +290,9 @@ func (e *Engine) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 	if s.Image == "" {
 		return "", errors.New("run: no image given")
 	}
+	if len(s.Claims) > 0 {
+		return "", fmt.Errorf("%w: %s keeps persistent files in host directories, not claims", runtime.ErrUnsupported, e.Dialect())
+	}
 	args := []string{"run", "-d"}
 	if s.Name != "" {
 		args = append(args, "--name", s.Name)
@@ -418,12 +421,12 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	args = append(args, s.ID)
 	args = append(args, s.Cmd...)
 	argv := append([]string{e.bin}, args...)
-	var stderr *holdWriter
+	var stderr *HoldWriter
 	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Stdout: s.Stdout, Timeout: s.Timeout}
 	if s.Stderr != nil {
-		stderr = &holdWriter{dst: s.Stderr, isEng: func(line string) bool {
+		stderr = NewHoldWriter(s.Stderr, func(line string) bool {
 			return e.d.Classify(OpExec, e.d.ExecErrorCode(), line) != nil
-		}}
+		})
 		cmd.Stderr = stderr
 	}
 	res, err := e.runner.Run(ctx, cmd)
@@ -433,7 +436,7 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	}
 	var held []byte
 	if stderr != nil {
-		held = stderr.finish(kind != nil)
+		held = stderr.Finish(kind != nil)
 	}
 	if err != nil {
 		return -1, e.runError(argv, err)

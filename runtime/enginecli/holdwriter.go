@@ -6,12 +6,12 @@ import (
 	"sync"
 )
 
-// holdWriter streams a command's stderr, except that a first line which
+// HoldWriter streams a command's stderr, except that a first line which
 // looks like the engine's own error (exec on a missing container, daemon
 // down) is held back until the exit status says whose it was: the engine's
 // message goes into the returned error instead of being printed twice; the
 // command's own output is released unchanged.
-type holdWriter struct {
+type HoldWriter struct {
 	mu      sync.Mutex
 	dst     io.Writer
 	isEng   func(line string) bool
@@ -21,7 +21,13 @@ type holdWriter struct {
 
 const holdMax = 64 << 10
 
-func (h *holdWriter) Write(p []byte) (int, error) {
+// NewHoldWriter holds back a first line of stderr for which isEng (the
+// engine's own words?) is true, writing everything else to dst.
+func NewHoldWriter(dst io.Writer, isEng func(line string) bool) *HoldWriter {
+	return &HoldWriter{dst: dst, isEng: isEng}
+}
+
+func (h *HoldWriter) Write(p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.passing {
@@ -40,10 +46,10 @@ func (h *holdWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// finish releases what was held unless it may be the engine's error; then
+// Finish releases what was held unless it may be the engine's error; then
 // it returns the held bytes, for the caller to deliver should the engine
 // say the status was the command's own after all.
-func (h *holdWriter) finish(engineError bool) []byte {
+func (h *HoldWriter) Finish(engineError bool) []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var held []byte

@@ -32,7 +32,10 @@ type Runtime struct {
 	target  enginecli.KubeTarget
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime      = (*Runtime)(nil)
+	_ runtime.ClaimRemover = (*Runtime)(nil)
+)
 
 // New returns the runtime for the kubectl at bin; o.Kubernetes names the
 // context and namespace.
@@ -232,9 +235,21 @@ func (r *Runtime) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	made, err := r.ensureClaims(ctx, s.Claims)
+	// A failure from here removes what this call made: its claims (by
+	// uid) and its Pod.
+	undoClaims := func(err error) error {
+		if rerr := r.removeMade(context.WithoutCancel(ctx), made); rerr != nil {
+			err = fmt.Errorf("%w (and removing the persistent volume claim it made failed: %v)", err, rerr)
+		}
+		return err
+	}
+	if err != nil {
+		return "", undoClaims(err)
+	}
 	res, err := r.call(ctx, []string{"create", "-f", "-", "-o", "json"}, bytes.NewReader(m), r.timeout)
 	if err != nil {
-		return "", err
+		return "", undoClaims(err)
 	}
 	ps, err := parsePods(bytes.TrimSpace(res.Stdout))
 	if err != nil || len(ps) != 1 {
@@ -247,7 +262,7 @@ func (r *Runtime) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 		if rerr := r.remove(context.WithoutCancel(ctx), true, time.Second, []string{id}); rerr != nil {
 			err = fmt.Errorf("%w (and removing the Pod failed: %v)", err, rerr)
 		}
-		return "", err
+		return "", undoClaims(err)
 	}
 	return id, nil
 }
@@ -286,7 +301,7 @@ func (r *Runtime) waitRunning(ctx context.Context, id string, bound time.Duratio
 			return &runtime.EngineError{Kind: runtime.ErrEngine, Argv: r.argv("get", "pods", name),
 				Stderr: fmt.Sprintf("pod %s ended before it ran (phase %s)", name, p.Status.Phase)}
 		}
-		if msg := p.unschedulable(); msg != "" {
+		if msg := p.unschedulable(); msg != "" && !waitsForClaim(msg) {
 			// No node can take it now. A sandbox is wanted now, not when
 			// capacity appears: say why rather than wait out the bound.
 			return &runtime.EngineError{Kind: runtime.ErrEngine, Argv: r.argv("get", "pods", name),
@@ -298,6 +313,9 @@ func (r *Runtime) waitRunning(ctx context.Context, id string, bound time.Duratio
 		}
 		if time.Now().Add(delay).After(deadline) {
 			reason, msg := p.waiting()
+			if u := p.unschedulable(); u != "" {
+				reason, msg = "unschedulable:", u
+			}
 			return &runtime.EngineError{Kind: runtime.ErrTimeout, Argv: r.argv("get", "pods", name), ExitCode: -1,
 				Stderr: fmt.Sprintf("pod %s still %s after %s %s %s", name, p.Status.Phase, bound, reason, msg)}
 		}
@@ -307,6 +325,12 @@ func (r *Runtime) waitRunning(ctx context.Context, id string, bound time.Duratio
 		case <-time.After(delay):
 		}
 	}
+}
+
+// waitsForClaim reports whether the scheduler holds a Pod back only until
+// its claim is bound (provisioning takes a moment): not a reason to give up.
+func waitsForClaim(msg string) bool {
+	return strings.Contains(msg, "unbound immediate PersistentVolumeClaims")
 }
 
 // Start implements runtime.Runtime. A Pod cannot be started again once it
@@ -572,24 +596,32 @@ func (r *Runtime) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	if interactive {
 		cmd.Stdin = stdin
 	}
-	var hold *tailHold
+	// Two holds: a first line that is kubectl's own error (the Pod is
+	// gone, the server unreachable) until the status says whose it was,
+	// and kubectl's closing "command terminated with exit code N".
+	var tail *tailHold
+	var first *enginecli.HoldWriter
 	if s.Stderr != nil {
-		hold = &tailHold{dst: s.Stderr}
-		cmd.Stderr = hold
+		tail = &tailHold{dst: s.Stderr}
+		first = enginecli.NewHoldWriter(tail, kubectlLine)
+		cmd.Stderr = first
+	}
+	finish := func(engineError bool, code int) (held []byte) {
+		if first != nil {
+			held = first.Finish(engineError)
+			tail.finish(code)
+		}
+		return held
 	}
 	res, err := r.runner.Run(ctx, cmd)
 	if err != nil {
-		if hold != nil {
-			hold.finish(-1)
-		}
+		finish(false, -1)
 		return -1, enginecli.RunError(argv, err)
 	}
 	code, kerr := ExecStatus(res.ExitCode, string(res.Stderr))
-	if hold != nil {
-		hold.finish(res.ExitCode)
-	}
+	held := finish(kerr != nil, res.ExitCode)
 	if kerr != nil {
-		return res.ExitCode, &runtime.EngineError{Kind: kerr, Argv: argv, ExitCode: res.ExitCode, Stderr: strings.TrimSpace(string(res.Stderr))}
+		return res.ExitCode, &runtime.EngineError{Kind: kerr, Argv: argv, ExitCode: res.ExitCode, Stderr: strings.TrimSpace(string(res.Stderr)), Held: held}
 	}
 	return code, nil
 }

@@ -94,11 +94,17 @@ type capabilities struct {
 type volumeMount struct {
 	Name      string `json:"name"`
 	MountPath string `json:"mountPath"`
+	SubPath   string `json:"subPath,omitempty"`
 }
 
 type volumeJSON struct {
-	Name     string        `json:"name"`
-	EmptyDir *emptyDirJSON `json:"emptyDir"`
+	Name                  string        `json:"name"`
+	EmptyDir              *emptyDirJSON `json:"emptyDir,omitempty"`
+	PersistentVolumeClaim *claimSource  `json:"persistentVolumeClaim,omitempty"`
+}
+
+type claimSource struct {
+	ClaimName string `json:"claimName"`
 }
 
 type emptyDirJSON struct {
@@ -121,6 +127,9 @@ type emptyDirJSON struct {
 //   - --cpus, --memory: resources.limits (requests RequestCPU and
 //     RequestMemory: a cap, not a reservation, as on docker)
 //   - --user UID:GID: runAsUser/runAsGroup
+//   - --mount type=volume,source=CLAIM,target=PATH,volume-subpath=DIR: the
+//     PersistentVolumeClaim CLAIM (one of RunSpec.Claims) mounted at PATH,
+//     its directory DIR (a subPath)
 //
 // Always: seccomp RuntimeDefault, no service-account token, no service
 // links, restartPolicy Never, imagePullPolicy IfNotPresent. Label values a
@@ -142,21 +151,11 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 	p := podManifest{APIVersion: "v1", Kind: "Pod", Metadata: objectMeta{Name: name},
 		Spec: podSpecJSON{RestartPolicy: "Never", AutomountServiceAccountToken: &no, EnableServiceLinks: &no,
 			TerminationGracePeriodSeconds: &grace, SecurityContext: &podSecurity{SeccompProfile: &seccompProfile{Type: "RuntimeDefault"}}}}
-	labels, annotations := map[string]string{}, map[string]string{}
-	for k, v := range s.Labels {
-		if !utf8.ValidString(v) {
-			return nil, fmt.Errorf("label %s: the value %q is not valid UTF-8, which a Kubernetes annotation cannot keep exactly", k, v)
-		}
-		lv := LabelValue(v)
-		labels[k] = lv
-		if lv != v {
-			annotations[k] = v
-		}
+	meta, err := metadata(name, s.Labels)
+	if err != nil {
+		return nil, err
 	}
-	p.Metadata.Labels = labels
-	if len(annotations) > 0 {
-		p.Metadata.Annotations = annotations
-	}
+	p.Metadata = meta
 	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		c.Env = append(c.Env, envVar{Name: k, Value: s.Env[k]})
 	}
@@ -168,6 +167,24 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 		vn := fmt.Sprintf("mem-%d", len(p.Spec.Volumes))
 		p.Spec.Volumes = append(p.Spec.Volumes, volumeJSON{Name: vn, EmptyDir: &emptyDirJSON{Medium: "Memory", SizeLimit: q}})
 		c.VolumeMounts = append(c.VolumeMounts, volumeMount{Name: vn, MountPath: path})
+		return nil
+	}
+	claimVolumes := map[string]string{} // claim name → Pod volume name
+	claimMount := func(v string) error {
+		m, err := parseMount(v)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(s.Claims, func(c runtime.Claim) bool { return c.Name == m.source }) {
+			return fmt.Errorf("%w: --mount %s: the volume %q is not one of the sandbox's claims", runtime.ErrUnsupported, v, m.source)
+		}
+		vn, ok := claimVolumes[m.source]
+		if !ok {
+			vn = fmt.Sprintf("claim-%d", len(claimVolumes))
+			claimVolumes[m.source] = vn
+			p.Spec.Volumes = append(p.Spec.Volumes, volumeJSON{Name: vn, PersistentVolumeClaim: &claimSource{ClaimName: PodName(m.source)}})
+		}
+		c.VolumeMounts = append(c.VolumeMounts, volumeMount{Name: vn, MountPath: m.target, SubPath: m.subPath})
 		return nil
 	}
 	limits := map[string]string{}
@@ -252,6 +269,11 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 			if v, err = needs(); err == nil {
 				err = setUser(sec, v)
 			}
+		case "--mount":
+			var v string
+			if v, err = needs(); err == nil {
+				err = claimMount(v)
+			}
 		default:
 			err = unsupported(args[i])
 		}
@@ -278,6 +300,64 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 	}
 	p.Spec.Containers = []containerJSON{c}
 	return json.Marshal(p)
+}
+
+// metadata is an object's name, labels and annotations: label values a
+// label cannot hold are made valid (LabelValue) and kept exactly in an
+// annotation of the same name.
+func metadata(name string, ls map[string]string) (objectMeta, error) {
+	m := objectMeta{Name: name}
+	labels, annotations := map[string]string{}, map[string]string{}
+	for k, v := range ls {
+		if !utf8.ValidString(v) {
+			return m, fmt.Errorf("label %s: the value %q is not valid UTF-8, which a Kubernetes annotation cannot keep exactly", k, v)
+		}
+		lv := LabelValue(v)
+		labels[k] = lv
+		if lv != v {
+			annotations[k] = v
+		}
+	}
+	m.Labels = labels
+	if len(annotations) > 0 {
+		m.Annotations = annotations
+	}
+	return m, nil
+}
+
+type mountSpec struct{ source, target, subPath string }
+
+// parseMount reads docker's --mount of a named volume:
+// type=volume,source=NAME,target=PATH[,volume-subpath=DIR] (src, dst and
+// destination are docker's other spellings). Any other type or option has
+// no Pod equivalent hsbx maps.
+func parseMount(v string) (mountSpec, error) {
+	var m mountSpec
+	typ := ""
+	for f := range strings.SplitSeq(v, ",") {
+		k, val, _ := strings.Cut(f, "=")
+		switch k {
+		case "type":
+			typ = val
+		case "source", "src":
+			m.source = val
+		case "target", "dst", "destination":
+			m.target = val
+		case "volume-subpath":
+			m.subPath = val
+		default:
+			return m, fmt.Errorf("%w: --mount option %q has no Pod equivalent", runtime.ErrUnsupported, k)
+		}
+	}
+	switch {
+	case typ != "volume":
+		return m, fmt.Errorf("%w: --mount type %q: a Pod mounts only claims (type=volume)", runtime.ErrUnsupported, typ)
+	case m.source == "" || !strings.HasPrefix(m.target, "/"):
+		return m, fmt.Errorf("--mount %q: want source=CLAIM,target=/PATH", v)
+	case strings.HasPrefix(m.subPath, "/") || slices.Contains(strings.Split(m.subPath, "/"), ".."):
+		return m, fmt.Errorf("--mount %q: volume-subpath must be relative, without ..", v)
+	}
+	return m, nil
 }
 
 func unsupported(flag string) error {

@@ -276,6 +276,21 @@ var rules = []struct {
 	{"error from server (forbidden)", runtime.ErrEngine},
 }
 
+// kubectlLine reports whether a line of stderr is kubectl's own error (one
+// of rules' words, or kubectl's "error: " prefix).
+func kubectlLine(line string) bool {
+	low := strings.ToLower(line)
+	if strings.HasPrefix(low, "error: ") {
+		return true
+	}
+	for _, r := range rules {
+		if strings.Contains(low, r.fragment) {
+			return true
+		}
+	}
+	return false
+}
+
 // Classify names what a failed kubectl call means (nil code: success).
 func Classify(code int, stderr string) error {
 	if code == 0 {
