@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hsbx/hsbx/config"
@@ -34,9 +35,11 @@ type doctorReport struct {
 }
 
 type kubeReport struct {
-	Context     string          `json:"context"`
-	Namespace   string          `json:"namespace"`
-	Permissions map[string]bool `json:"permissions"`
+	Context      string          `json:"context"`
+	Namespace    string          `json:"namespace"`
+	StorageClass string          `json:"storage_class,omitempty"`
+	Permissions  map[string]bool `json:"permissions"`
+	checked      [][]string      // Permissions' keys, in the order asked
 }
 
 // Run implements the command: detection (always asking the binary, never
@@ -55,7 +58,7 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 			r.Reachable, r.Rootless, r.Version = true, info.Rootless, info.ServerVersion
 		}
 		if k, ok := rt.(*kubectl.Runtime); ok && err == nil {
-			r.Kubernetes, err = kubeDoctor(ctx, k)
+			r.Kubernetes, err = kubeDoctor(ctx, k, app.Cfg.Kubernetes.StorageClass.Value)
 		}
 	}
 	if err != nil {
@@ -90,7 +93,10 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 		if k := r.Kubernetes; k != nil {
 			show("context", k.Context)
 			show("namespace", k.Namespace)
-			for _, p := range kubectl.Permissions {
+			if k.StorageClass != "" {
+				show("storage class", k.StorageClass)
+			}
+			for _, p := range k.checked {
 				verdict := "no"
 				if k.Permissions[strings.Join(p, " ")] {
 					verdict = "yes"
@@ -114,15 +120,20 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 }
 
 // kubeDoctor reports where the kubectl runtime works and whether it may
-// make, reach and remove Pods there; missing permissions are the error.
-func kubeDoctor(ctx context.Context, k *kubectl.Runtime) (*kubeReport, error) {
+// make, reach and remove Pods there (and, with a storage class, claims);
+// missing permissions are the error.
+func kubeDoctor(ctx context.Context, k *kubectl.Runtime, class string) (*kubeReport, error) {
 	kc, ns, err := k.Where(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r := &kubeReport{Context: kc, Namespace: ns, Permissions: map[string]bool{}}
+	r := &kubeReport{Context: kc, Namespace: ns, StorageClass: class, Permissions: map[string]bool{}}
+	r.checked = kubectl.Permissions
+	if class != "" {
+		r.checked = append(slices.Clone(r.checked), kubectl.ClaimPermissions...)
+	}
 	var missing []string
-	for _, p := range kubectl.Permissions {
+	for _, p := range r.checked {
 		ok, err := k.CanI(ctx, p...)
 		if err != nil {
 			return r, err

@@ -793,6 +793,12 @@ var Permissions = [][]string{
 	{"create", "pods"}, {"get", "pods"}, {"delete", "pods"}, {"create", "pods", "--subresource=exec"},
 }
 
+// ClaimPermissions are the further verbs a persistent sandbox needs with
+// kubernetes.storage_class set.
+var ClaimPermissions = [][]string{
+	{"create", "persistentvolumeclaims"}, {"get", "persistentvolumeclaims"}, {"delete", "persistentvolumeclaims"},
+}
+
 // CanI asks the cluster whether this user may do what args say (`kubectl
 // auth can-i ARGS...`): "yes" exits 0, "no" exits 1.
 func (r *Runtime) CanI(ctx context.Context, args ...string) (bool, error) {
