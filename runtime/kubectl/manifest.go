@@ -355,7 +355,7 @@ func parseMount(v string) (mountSpec, error) {
 	case m.source == "" || !strings.HasPrefix(m.target, "/"):
 		return m, fmt.Errorf("--mount %q: want source=CLAIM,target=/PATH", v)
 	case strings.HasPrefix(m.subPath, "/") || slices.Contains(strings.Split(m.subPath, "/"), ".."):
-		return m, fmt.Errorf("--mount %q: volume-subpath must be relative, without ..", v)
+		return m, fmt.Errorf("--mount %q: volume-subpath must be a relative path without a .. element", v)
 	}
 	return m, nil
 }
