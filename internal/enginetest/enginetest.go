@@ -163,9 +163,22 @@ func (tg Target) OpenWith(t *testing.T, r *proc.Runner) runtime.Runtime {
 	return detect.New(f, o)
 }
 
+// FakeKube is the fake kubectl (fakebin), with a state dir of its own.
+func FakeKube(t *testing.T) Target {
+	t.Helper()
+	bin, err := proc.LookPath("kubectl")
+	if err != nil || !strings.Contains(bin, "testscript-main") {
+		t.Fatalf("fake kubectl not on PATH (%s, %v): call enginetest.Main from TestMain", bin, err)
+	}
+	dir := t.TempDir()
+	return Target{Name: "fake-kubectl", Bin: bin, Image: "hsbx-busybox", Fake: true,
+		Env: append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine")), StateDir: filepath.Join(dir, "state"),
+		StorageClass: "hsbx-local"}
+}
+
 // Dialect is the dialect the target should be detected as.
 func (tg Target) Dialect() runtime.Dialect {
-	if tg.Name == "kubectl" {
+	if strings.HasSuffix(tg.Name, "kubectl") {
 		return runtime.Kubectl
 	}
 	if strings.Contains(tg.Name, "podman") {

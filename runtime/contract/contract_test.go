@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +19,19 @@ func TestMain(m *testing.M) { enginetest.Main(m) }
 
 type target = enginetest.Target
 
-func targets(t *testing.T) []target { return enginetest.Targets(t) }
+// targets are the engines' targets and the kubectl runtime's: the fake
+// kubectl always, the cluster when configured. Where a Pod differs by
+// design (README, Kubernetes: stop deletes it; ids are UID/NAME; a Pod has
+// no --network flag) the test says so with kube.
+func targets(t *testing.T) []target {
+	ts := append(enginetest.Targets(t), enginetest.FakeKube(t))
+	if kt, ok := enginetest.KubeIfConfigured(t); ok {
+		ts = append(ts, kt)
+	}
+	return ts
+}
+
+func kube(tg target) bool { return tg.Dialect() == runtime.Kubectl }
 
 // each runs fn as a subtest per target, with a unique name prefix and
 // removal of everything the test created.
@@ -40,10 +54,14 @@ func each(t *testing.T, fn func(t *testing.T, tg target, rt runtime.Runtime, pre
 }
 
 func sandbox(tg target, prefix, name string) runtime.RunSpec {
+	args := []string{"--init", "--network", "none"}
+	if kube(tg) {
+		args = []string{"--init"} // a Pod has no --network (hsbx refuses network = false there)
+	}
 	return runtime.RunSpec{
 		Name:   prefix + name,
 		Labels: map[string]string{"hsbx-contract": prefix, "hermes-agent": "1", "hermes-task-id": name},
-		Args:   []string{"--init", "--network", "none"},
+		Args:   args,
 		Image:  tg.Image,
 		Cmd:    []string{"sleep", "infinity"},
 	}
@@ -78,8 +96,8 @@ func TestRunListInspect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(id) != 64 {
-			t.Fatalf("Run returned %q, want a full ID", id)
+		if len(id) != 64 && !(kube(tg) && strings.HasSuffix(id, "/"+prefix+"a") && len(id) == 37+len(prefix)+1) {
+			t.Fatalf("Run returned %q, want a full ID (kubectl: UID/NAME)", id)
 		}
 		cs, err := rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx-contract=" + prefix, "hermes-task-id=a"}})
 		if err != nil || len(cs) != 1 || cs[0].ID != id || cs[0].State != runtime.StateRunning || cs[0].Name != prefix+"a" {
@@ -168,8 +186,12 @@ func TestExec(t *testing.T) {
 		if err := rt.Stop(ctx, id, time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"true"}}); !errors.Is(err, runtime.ErrNotRunning) {
-			t.Errorf("exec in a stopped container: %v", err)
+		stopped := runtime.ErrNotRunning
+		if kube(tg) {
+			stopped = runtime.ErrNotFound // stopping a Pod deletes it
+		}
+		if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"true"}}); !errors.Is(err, stopped) {
+			t.Errorf("exec in a stopped container: %v, want %v", err, stopped)
 		}
 	})
 }
@@ -185,19 +207,33 @@ func TestStopStartRemove(t *testing.T) {
 			t.Fatal(err)
 		}
 		cs, err := rt.Inspect(ctx, id)
-		if err != nil || cs[0].State != runtime.StateExited || cs[0].Finished.IsZero() || time.Since(cs[0].Finished) > time.Minute {
+		switch {
+		case kube(tg):
+			// A Pod cannot be stopped and kept: Stop deleted it, and
+			// Start of it says so (the caller makes a new one).
+			if !errors.Is(err, runtime.ErrNotFound) || len(cs) != 0 {
+				t.Fatalf("after Stop (Kubernetes: deleted): %+v %v", cs, err)
+			}
+			if err := rt.Start(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+				t.Errorf("Start of a deleted Pod: %v", err)
+			}
+			if id, err = rt.Run(ctx, sandbox(tg, prefix, "s")); err != nil {
+				t.Fatal(err)
+			}
+		case err != nil || cs[0].State != runtime.StateExited || cs[0].Finished.IsZero() || time.Since(cs[0].Finished) > time.Minute:
 			t.Fatalf("after Stop: %+v %v", cs, err)
-		}
-		if err := rt.Start(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		if cs, _ := rt.Inspect(ctx, id); cs[0].State != runtime.StateRunning {
-			t.Fatalf("after Start: %+v", cs)
+		default:
+			if err := rt.Start(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if cs, _ := rt.Inspect(ctx, id); cs[0].State != runtime.StateRunning {
+				t.Fatalf("after Start: %+v", cs)
+			}
 		}
 		if err := rt.Start(ctx, prefix+"missing"); !errors.Is(err, runtime.ErrNotFound) {
 			t.Errorf("Start missing: %v", err)
 		}
-		if err := rt.Stop(ctx, prefix+"missing", time.Second); !errors.Is(err, runtime.ErrNotFound) {
+		if err := rt.Stop(ctx, prefix+"missing", time.Second); !errors.Is(err, runtime.ErrNotFound) && !kube(tg) {
 			t.Errorf("Stop missing: %v", err)
 		}
 		// A running container without force is refused and survives.
@@ -225,11 +261,17 @@ func TestStopStartRemove(t *testing.T) {
 
 func TestUnreachable(t *testing.T) {
 	for _, tg := range targets(t) {
-		if !tg.Fake && tg.Name != "docker" {
+		if !tg.Fake && tg.Name != "docker" && tg.Name != "kubectl" {
 			continue // real podman is daemonless locally; its unreachable case is --remote, covered by the fake and captures
 		}
 		t.Run(tg.Name, func(t *testing.T) {
 			tg.Env = append(tg.Env, "DOCKER_HOST=unix:///nonexistent/hsbx.sock", "CONTAINER_HOST=unix:///nonexistent/hsbx.sock")
+			if kube(tg) {
+				tg.Env = append(tg.Env, "KUBECONFIG="+unreachableKubeconfig(t))
+				if tg.Fake {
+					tg.Env = append(tg.Env, "FAKEENGINE_DOWN=1")
+				}
+			}
 			rt := tg.Open(t)
 			ctx := context.Background()
 			if _, err := rt.List(ctx, runtime.ListOptions{}); !errors.Is(err, runtime.ErrUnreachable) {
@@ -243,4 +285,20 @@ func TestUnreachable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unreachableKubeconfig is a kubeconfig whose server nothing listens on.
+func unreachableKubeconfig(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: c, user: u, namespace: default}}]
+current-context: c
+`
+	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
