@@ -66,6 +66,10 @@ func (st *State) gcClaims() {
 
 // kgetClaims is `get persistentvolumeclaims -o json [--ignore-not-found] [NAME]`.
 func (f *fake) kgetClaims(ns string, names []string, ignore bool) int {
+	if fb := f.env["FAKEKUBE_FORBID"]; fb != "" && strings.Contains("get persistentvolumeclaims", fb) {
+		fmt.Fprintf(f.stderr, "Error from server (Forbidden): persistentvolumeclaims is forbidden: User \"hsbx-user\" cannot list resource \"persistentvolumeclaims\" in API group \"\" in the namespace %q\n", ns)
+		return 1
+	}
 	var items []map[string]any
 	err := f.st.update(func(st *State) error {
 		st.gcClaims()

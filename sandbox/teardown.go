@@ -62,7 +62,8 @@ type Removed struct {
 // Teardown is Down, and on a runtime that keeps persistent files in claims
 // (kubectl) it then removes the key's claim — one that carries the key's
 // labels, with the cluster's word that it is gone — whether or not a Pod
-// was there (stop keeps the claim).
+// was there (stop keeps the claim). Without a storage class configured
+// that is best effort: a failure to look is logged, not returned.
 func (s *Sandbox) Teardown(ctx context.Context) (Removed, error) {
 	var r Removed
 	cs, err := s.containers(ctx)
@@ -85,8 +86,15 @@ func (s *Sandbox) Teardown(ctx context.Context) (Removed, error) {
 	if cr, ok := s.rt().(runtime.ClaimRemover); ok && s.rt().Dialect() == runtime.Kubectl {
 		claims, err := cr.RemoveClaims(ctx, runtime.Claim{Name: s.key.Name(), Labels: s.key.Labels()})
 		r.Claims = claims
-		if errors.Is(err, runtime.ErrForeignClaim) {
+		switch {
+		case errors.Is(err, runtime.ErrForeignClaim):
 			s.m.c.Warn(err.Error()) // named and left alone, as a squatting container is
+			err = nil
+		case err != nil && s.spec.StorageClass == "":
+			// No claims configured: a user who may not read claims (only
+			// Pods) still gets a clean down; one left from when a class
+			// was set is looked for, best effort.
+			s.m.log.Debug("looking for the sandbox's claim failed", "error", err)
 			err = nil
 		}
 		if err != nil {
