@@ -96,7 +96,11 @@ func TestRunListInspect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(id) != 64 && !(kube(tg) && strings.HasSuffix(id, "/"+prefix+"a") && len(id) == 37+len(prefix)+1) {
+		fullID := len(id) == 64
+		if kube(tg) {
+			fullID = strings.HasSuffix(id, "/"+prefix+"a") && len(id) == 37+len(prefix)+1 // UID/NAME
+		}
+		if !fullID {
 			t.Fatalf("Run returned %q, want a full ID (kubectl: UID/NAME)", id)
 		}
 		cs, err := rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx-contract=" + prefix, "hermes-task-id=a"}})
