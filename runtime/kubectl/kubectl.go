@@ -344,7 +344,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	switch cs[0].State {
 	case runtime.StateRunning:
 		return nil
-	case runtime.StateCreated:
+	case runtime.StateCreated, runtime.StateStarting:
 		return r.waitRunning(ctx, id, 4*r.timeout)
 	}
 	return &runtime.EngineError{Kind: runtime.ErrEngine, Argv: r.argv("get", "pods", cs[0].Name),
