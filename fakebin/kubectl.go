@@ -472,7 +472,8 @@ func (f *fake) kdeleteNames(ns string, args []string) int {
 
 // kexec runs `exec [-i] [-t] NAME -c sandbox -- CMD...`. hsbx's wrapper
 // (/bin/sh -c SCRIPT hsbx-exec ENV WORKDIR CMD...) is understood: the
-// environment is read from the first ENV bytes of stdin. A non-zero
+// environment is read from the first ENV bytes of stdin, or is the marker
+// alone when ENV is "m" and its value. A non-zero
 // status ends stderr with kubectl's own line, as the real one does.
 func (f *fake) kexec(ns string, args []string) int {
 	var name string
@@ -521,7 +522,9 @@ func (f *fake) kexec(ns string, args []string) int {
 			wd = cmd[5]
 		}
 		cmd = cmd[6:]
-		if src != "0" {
+		if marker, ok := strings.CutPrefix(src, "m"); ok {
+			env = append(env, "HSBX_EXEC_ID="+marker) // the marker alone, on argv
+		} else if src != "0" {
 			n, err := strconv.Atoi(src)
 			block := make([]byte, max(n, 0))
 			if err == nil {

@@ -514,9 +514,10 @@ func (r *Runtime) waitGone(ctx context.Context, pods []pod, grace time.Duration)
 }
 
 // execScript runs a command for Exec: $1 says where its environment comes
-// from (0: none; a number: that many bytes of stdin; a path: a file to
-// read and delete), $2 is the working directory ("": the Pod's), the rest
-// the command. The environment is shell assignments ending in
+// from (0: none; "m" and a value: only hsbx's command marker
+// (runtime.ExecMarker), which is no secret; a number: that many bytes of
+// stdin; a path: a file to read and delete), $2 is the working directory
+// ("": the Pod's), the rest the command. The environment is shell assignments ending in
 // HSBX_ENV_OK=1, so one that did not arrive whole is an error (126), not a
 // command run without it. With an environment, the command starts from a
 // fresh /bin/sh (an absolute path is always exec'd): a shell may run
@@ -526,6 +527,7 @@ func (r *Runtime) waitGone(ctx context.Context, pods []pod, grace time.Duration)
 const execScript = `e=$1; w=$2; shift 2
 case $e in
 0) HSBX_ENV_OK=1 ;;
+m*) export ` + runtime.ExecMarker + `="${e#m}"; HSBX_ENV_OK=1 ;;
 /*) . "$e"; rm -f "$e" ;;
 *) eval "$(dd bs=1 count="$e" 2>/dev/null)" ;;
 esac
@@ -562,7 +564,14 @@ func (r *Runtime) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	envSrc := "0"
 	stdin := s.Stdin
 	interactive := s.Interactive
-	if len(s.Env) > 0 {
+	marker, markerOnly := s.Env[runtime.ExecMarker]
+	markerOnly = markerOnly && len(s.Env) == 1
+	switch {
+	case markerOnly:
+		// The marker alone (most commands) rides on the wrapper's argv:
+		// no stdin stream to open, no file for a terminal.
+		envSrc = "m" + marker
+	case len(s.Env) > 0:
 		block := envScript(s.Env)
 		if s.TTY {
 			path := "/tmp/.hsbx-env-" + randomHex()

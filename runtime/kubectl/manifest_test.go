@@ -236,6 +236,12 @@ func TestExecScript(t *testing.T) {
 	if _, code := run("0", nil, "", "no-such-command-hsbx"); code != 127 {
 		t.Errorf("missing command: exit %d, want 127", code)
 	}
+	// The marker alone rides on argv, a value the shell never evaluates,
+	// and reaches the command's own environment (a fresh /bin/sh's).
+	out, code = run("m"+"tok $(touch /tmp/pwned) `x`", nil, "/", "sh", "-c", `printf '%s|' "$`+runtime.ExecMarker+`"; tr '\0' '\n' < /proc/$$/environ | grep -c '^`+runtime.ExecMarker+`=tok '`)
+	if want := "tok $(touch /tmp/pwned) `x`|1\n"; out != want || code != 0 {
+		t.Errorf("marker on argv: %q exit %d, want %q", out, code, want)
+	}
 }
 
 // Whatever the flags, Manifest gives valid JSON for a valid Pod name or
