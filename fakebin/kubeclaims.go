@@ -3,7 +3,6 @@ package fakebin
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -149,14 +148,7 @@ func (f *fake) kcreateClaim(ns string, b []byte) int {
 // with a uid precondition: a claim a Pod uses stays, Terminating, until the
 // Pod is gone.
 func (f *fake) kdeleteClaimRaw(ns, name string) int {
-	var opts struct {
-		Preconditions struct {
-			UID string `json:"uid"`
-		} `json:"preconditions"`
-	}
-	if b, err := io.ReadAll(f.stdin); err == nil {
-		_ = json.Unmarshal(b, &opts)
-	}
+	opts := f.deleteOptions()
 	var msg string
 	var gone map[string]any
 	err := f.st.update(func(st *State) error {

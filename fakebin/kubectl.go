@@ -359,15 +359,7 @@ func (f *fake) kdelete(ns string, args []string) int {
 			return 1
 		}
 		ns, name := parts[4], parts[6]
-		var opts struct {
-			Preconditions struct {
-				UID             string `json:"uid"`
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"preconditions"`
-		}
-		if b, err := io.ReadAll(f.stdin); err == nil {
-			_ = json.Unmarshal(b, &opts)
-		}
+		opts := f.deleteOptions()
 		var msg string
 		var gone *Container
 		err := f.st.update(func(st *State) error {
@@ -437,6 +429,19 @@ func (f *fake) kdelete(ns string, args []string) int {
 		fmt.Fprintf(f.stdout, "pod %q force deleted\n", n)
 	}
 	return 0
+}
+
+// deleteOptions reads the DeleteOptions `delete --raw -f -` sends.
+func (f *fake) deleteOptions() (opts struct {
+	Preconditions struct {
+		UID             string `json:"uid"`
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"preconditions"`
+}) {
+	if b, err := io.ReadAll(f.stdin); err == nil {
+		_ = json.Unmarshal(b, &opts)
+	}
+	return opts
 }
 
 // kdeleteNames is `delete pod NAME... [--wait=false]`: no preconditions.

@@ -214,23 +214,14 @@ func (r *Runtime) RemoveClaims(ctx context.Context, cs ...runtime.Claim) ([]stri
 	return removed, errors.Join(errs...)
 }
 
+// deleteClaim deletes one claim with its uid as the precondition.
 func (r *Runtime) deleteClaim(ctx context.Context, c claim) error {
-	body, _ := json.Marshal(map[string]any{"kind": "DeleteOptions", "apiVersion": "v1",
-		"preconditions": map[string]string{"uid": c.Metadata.UID}})
-	ns := c.Metadata.Namespace
-	if ns == "" {
-		ns = "default"
+	err := r.deleteRaw(ctx, "persistentvolumeclaims", c.Metadata.Namespace, c.Metadata.Name,
+		map[string]any{"preconditions": map[string]string{"uid": c.Metadata.UID}})
+	if err != nil {
+		return fmt.Errorf("removing persistent volume claim %s: %w", c.Metadata.Name, err)
 	}
-	path := "/api/v1/namespaces/" + ns + "/persistentvolumeclaims/" + c.Metadata.Name
-	_, err := r.call(ctx, []string{"delete", "--raw", path, "-f", "-"}, bytes.NewReader(body), r.timeout)
-	var ee *runtime.EngineError
-	switch {
-	case err == nil, errors.Is(err, runtime.ErrNotFound):
-		return nil
-	case errors.As(err, &ee) && strings.Contains(ee.Stderr, "the UID in the precondition"):
-		return nil // ours is gone; a new claim of that name is not ours
-	}
-	return fmt.Errorf("removing persistent volume claim %s: %w", c.Metadata.Name, err)
+	return nil
 }
 
 // waitClaimGone polls until the claim (by uid) is gone, at most the call

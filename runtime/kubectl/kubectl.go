@@ -459,21 +459,33 @@ func (r *Runtime) deletePod(ctx context.Context, p pod, force bool, grace time.D
 		pre["resourceVersion"] = p.Metadata.ResourceVersion
 	}
 	secs := max(int64((grace+time.Second-1)/time.Second), 1)
-	body, _ := json.Marshal(map[string]any{"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": pre, "gracePeriodSeconds": secs})
-	ns := p.Metadata.Namespace
+	err := r.deleteRaw(ctx, "pods", p.Metadata.Namespace, p.Metadata.Name, map[string]any{"preconditions": pre, "gracePeriodSeconds": secs})
+	var ee *runtime.EngineError
+	if errors.As(err, &ee) && strings.Contains(ee.Stderr, "the ResourceVersion in the precondition") {
+		return fmt.Errorf("pod %s changed since it was seen stopped; not removed: %w", p.Metadata.Name, err)
+	}
+	return err
+}
+
+// deleteRaw deletes one object of the namespace through the API (`kubectl
+// delete --raw PATH -f -`, the DeleteOptions opts on stdin) so its
+// preconditions hold. An object already gone, or one whose uid is not the
+// precondition's (ours is gone; a new one of that name is not ours to
+// delete), is success.
+func (r *Runtime) deleteRaw(ctx context.Context, resource, ns, name string, opts map[string]any) error {
+	opts["kind"], opts["apiVersion"] = "DeleteOptions", "v1"
+	body, _ := json.Marshal(opts)
 	if ns == "" {
 		ns = "default"
 	}
-	path := "/api/v1/namespaces/" + ns + "/pods/" + p.Metadata.Name
+	path := "/api/v1/namespaces/" + ns + "/" + resource + "/" + name
 	_, err := r.call(ctx, []string{"delete", "--raw", path, "-f", "-"}, bytes.NewReader(body), r.timeout)
 	var ee *runtime.EngineError
 	switch {
 	case err == nil, errors.Is(err, runtime.ErrNotFound):
 		return nil
 	case errors.As(err, &ee) && strings.Contains(ee.Stderr, "the UID in the precondition"):
-		return nil // ours is gone; a new Pod of that name is not ours to delete
-	case errors.As(err, &ee) && strings.Contains(ee.Stderr, "the ResourceVersion in the precondition"):
-		return fmt.Errorf("pod %s changed since it was seen stopped; not removed: %w", p.Metadata.Name, err)
+		return nil
 	}
 	return err
 }
