@@ -21,6 +21,7 @@ import (
 
 	"github.com/hsbx/hsbx/config"
 	"github.com/hsbx/hsbx/internal/environ"
+	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/reaper"
 	"github.com/hsbx/hsbx/runtime"
@@ -140,6 +141,29 @@ func (o Options) detect() detect.Options {
 	return d
 }
 
+// ErrUnsafeDir says a state or cache directory (or one above it) could be
+// changed by another user: hsbx keeps nothing there (the error names the
+// directory and has a Hint).
+var ErrUnsafeDir = privdir.ErrUnsafe
+
+// checkDirs makes the state and cache directories (0700 when new) and
+// checks that no other user can change them or any directory above them
+// (on what was opened, internal/privdir): the verified container id of
+// the warm path and the engine facts hsbx trusts are read from there.
+func checkDirs(dirs ...string) error {
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		pd, err := privdir.Open(d, privdir.Options{Create: true})
+		if err != nil {
+			return fmt.Errorf("hsbx directory: %w", err)
+		}
+		pd.Close()
+	}
+	return nil
+}
+
 // Client is an open engine with the configuration it was opened with. It
 // is safe for concurrent use.
 type Client struct {
@@ -155,6 +179,9 @@ type Client struct {
 func Open(ctx context.Context, o Options) (*Client, error) {
 	o, err := o.resolved()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDirs(o.StateDir, o.CacheDir); err != nil {
 		return nil, err
 	}
 	rt, _, err := detect.Open(ctx, o.detect())

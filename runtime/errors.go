@@ -123,5 +123,9 @@ func Hint(err error) string {
 	case errors.Is(err, ErrImageNotFound):
 		return "pull or import the image first, or choose another with --image"
 	}
+	var h interface{ Hint() string }
+	if errors.As(err, &h) {
+		return h.Hint() // an error that knows its own fix
+	}
 	return ""
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,8 @@ func TestScripts(t *testing.T) {
 			env.Setenv("HOME", filepath.Join(env.WorkDir, "home"))
 			env.Setenv("XDG_CACHE_HOME", filepath.Join(env.WorkDir, "home", ".cache"))
 			env.Setenv("FAKEENGINE_DIR", filepath.Join(env.WorkDir, ".fakeengine"))
+			// The fakes' state and faults reach exec channel holders too.
+			env.Setenv("HSBX_HOLDER_ENV", "WORK,FAKEENGINE_*")
 			// The exec channel is off unless a script turns it on (its
 			// holder's engine calls would be counted by the others); its
 			// sockets need a short directory.
@@ -345,7 +348,7 @@ func killHolder(ts *testscript.TestScript, neg bool, args []string) {
 	if err != nil {
 		ts.Fatalf("kill-holder: %v", err)
 	}
-	dir := filepath.Join(ts.Getenv("XDG_RUNTIME_DIR"), "hsbx") + "/"
+	dir := filepath.Join(ts.Getenv("XDG_RUNTIME_DIR"), "hsbx")
 	ents, _ := os.ReadDir("/proc")
 	var killed []int
 	for _, e := range ents {
@@ -354,9 +357,14 @@ func killHolder(ts *testscript.TestScript, neg bool, args []string) {
 			continue
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		args := strings.Split(string(b), "\x00")
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "--socket" && strings.HasPrefix(args[i+1], dir) && slices.Contains(args, "hold") {
+		if !slices.Contains(strings.Split(string(b), "\x00"), "hold") {
+			continue
+		}
+		// A holder's spec is in its environment (HSBX_HOLD), not its argv.
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		for _, kv := range strings.Split(string(env), "\x00") {
+			var spec struct{ Dir string }
+			if v, ok := strings.CutPrefix(kv, "HSBX_HOLD="); ok && json.Unmarshal([]byte(v), &spec) == nil && spec.Dir == dir {
 				ts.Check(syscall.Kill(pid, syscall.Signal(sig)))
 				killed = append(killed, pid)
 			}

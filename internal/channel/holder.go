@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -24,25 +25,16 @@ import (
 // user can enter, checks each peer's uid, and runs one command per
 // connection. The client side is RunVia.
 
-// SocketDir returns (making it if needed) the directory holder sockets
-// live in: base/hsbx, mode 0700, owned by this user. Anything else there
-// (another owner, a looser mode, a symlink) is refused.
-func SocketDir(base string) (string, error) {
+// OpenSocketDir opens (making it if needed) the directory holder sockets
+// live in: base/hsbx, mode 0700, this user's, with every directory above
+// it changeable by no other user — checked on the opened directories
+// (internal/privdir). Keep it open while its sockets are used, and name
+// them under its FDPath: they then resolve through the checked directory.
+func OpenSocketDir(base string) (*privdir.Dir, error) {
 	if base == "" {
-		return "", errors.New("no runtime directory")
+		return nil, errors.New("no runtime directory")
 	}
-	dir := filepath.Join(base, "hsbx")
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", err
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return "", err
-	}
-	if !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 || !ownedBySelf(fi) {
-		return "", fmt.Errorf("%s must be a directory of this user with mode 0700", dir)
-	}
-	return dir, nil
+	return privdir.Open(filepath.Join(base, "hsbx"), privdir.Options{Create: true, Private: true})
 }
 
 // SocketPath names the holder socket for one sandbox channel: a digest of
@@ -244,8 +236,7 @@ func (f frameWriter) Write(p []byte) (int, error) {
 // down): run it another way. After the command was sent, a broken
 // connection is a *BrokenError: it may have run.
 func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", socket)
+	nc, err := dial(ctx, socket)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
 	}
@@ -329,8 +320,7 @@ func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
 // Shutdown asks the holder at socket to end (stop and down do, so no
 // holder outlives its sandbox by its idle time). No holder: nothing to do.
 func Shutdown(ctx context.Context, socket string) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", socket)
+	nc, err := dial(ctx, socket)
 	if err != nil {
 		return
 	}
@@ -346,7 +336,9 @@ func Shutdown(ctx context.Context, socket string) {
 
 // Alive reports whether a holder answers at socket with its channel up.
 func Alive(socket string, wait time.Duration) bool {
-	nc, err := net.DialTimeout("unix", socket, wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	nc, err := dial(ctx, socket)
 	if err != nil {
 		return false
 	}
@@ -361,18 +353,48 @@ func Alive(socket string, wait time.Duration) bool {
 // in a sandbox stops hsbx from trying again.
 const unavailableFor = 10 * time.Minute
 
-// MarkUnavailable records why no holder can serve socket's sandbox.
+// dial connects to the holder at socket and proves, before anything is
+// sent, that the listener is this user's (peer credentials): a socket
+// someone else put there never receives a command or its environment.
+func dial(ctx context.Context, socket string) (*net.UnixConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	nc := c.(*net.UnixConn)
+	if err := checkPeer(nc); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("refusing the holder at %s: %w", socket, err)
+	}
+	return nc, nil
+}
+
+// MarkUnavailable records why no holder can serve socket's sandbox (in
+// the socket's checked directory, never through a link).
 func MarkUnavailable(socket, reason string) {
-	_ = os.WriteFile(socket+".unavailable", []byte(reason), 0o600)
+	f, err := privdir.OpenFile(socket+".unavailable", os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteString(reason)
+	}
 }
 
 // UnavailableReason is a recent MarkUnavailable verdict for socket.
 func UnavailableReason(socket string) (string, bool) {
-	fi, err := os.Stat(socket + ".unavailable")
+	f, err := privdir.OpenFile(socket+".unavailable", os.O_RDONLY, 0)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil || time.Since(fi.ModTime()) > unavailableFor {
 		return "", false
 	}
-	b, err := os.ReadFile(socket + ".unavailable")
+	b, err := io.ReadAll(io.LimitReader(f, 4<<10))
 	if err != nil {
 		return "", false
 	}

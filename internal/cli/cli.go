@@ -20,6 +20,7 @@ import (
 	"github.com/hsbx/hsbx"
 	"github.com/hsbx/hsbx/config"
 	"github.com/hsbx/hsbx/internal/environ"
+	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/sandbox"
@@ -117,6 +118,10 @@ type App struct {
 	Cfg *config.Config
 
 	client *hsbx.Client // opened on first use
+
+	sockDir    *privdir.Dir // the exec channel's socket directory, checked and held open
+	sockErr    error        // why there is none
+	sockWarned bool
 }
 
 // Getenv reads the process environment given to Main.
@@ -292,8 +297,8 @@ func Main(ctx context.Context, env Env) int {
 	}
 	logTo := env.Stderr
 	if f := app.Getenv("HSBX_LOG_FILE"); f != "" {
-		// The exec channel's holder has no stderr: it logs here.
-		if lf, err := os.OpenFile(f, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err == nil {
+		// A log of the user's choosing, appended to.
+		if lf, err := os.OpenFile(f, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 			defer lf.Close()
 			logTo = lf
 		}
@@ -380,7 +385,7 @@ func exitCode(ctx context.Context, err error) int {
 		return 130
 	}
 	var bs *sandbox.SpecError
-	if errors.As(err, &bs) || errors.Is(err, sandbox.ErrMemoryPath) {
+	if errors.As(err, &bs) || errors.Is(err, sandbox.ErrMemoryPath) || errors.Is(err, hsbx.ErrUnsafeDir) {
 		return ExitUsage
 	}
 	if errors.Is(err, runtime.ErrNoSuchPath) || errors.Is(err, sandbox.ErrNoSandbox) {

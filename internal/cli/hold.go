@@ -2,17 +2,20 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/hsbx/hsbx/internal/channel"
-	"github.com/hsbx/hsbx/internal/filelock"
+	"github.com/hsbx/hsbx/internal/environ"
+	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/sandbox"
@@ -21,22 +24,48 @@ import (
 // HoldCmd is the exec channel's holder: started by `hsbx exec` (fully
 // detached), it keeps the channel to one sandbox's agent open behind a
 // unix socket until it is idle, the sandbox stops, or stop/down end it.
-type HoldCmd struct {
-	Socket string        `required:"" help:"Socket to listen on." placeholder:"PATH"`
-	ID     string        `required:"" help:"Verified container id of the sandbox." placeholder:"ID"`
-	User   string        `help:"exec --user for the agent." placeholder:"UID:GID"`
-	Engine string        `required:"" help:"Engine CLI binary." placeholder:"PATH"`
-	Agent  string        `required:"" help:"Agent binary (a static Linux hsbx)." placeholder:"PATH"`
-	Idle   time.Duration `default:"10m" help:"Exit after this long without a command." placeholder:"DUR"`
+// What it serves comes in the environment (holdVar), not on its argv,
+// which every user on the host can read.
+type HoldCmd struct{}
+
+// holdVar carries a holder's spec (JSON) from the exec that starts it.
+const holdVar = "HSBX_HOLD"
+
+// holdSpec is what a holder serves.
+type holdSpec struct {
+	Dir    string        `json:"dir"`  // the socket directory (re-checked by the holder)
+	Name   string        `json:"name"` // the socket's name in Dir
+	ID     string        `json:"id"`   // the verified container id
+	User   string        `json:"user,omitempty"`
+	Engine string        `json:"engine"`
+	Agent  string        `json:"agent"`
+	Idle   time.Duration `json:"idle"`
 }
+
+// holderLogMax is where a holder's log starts over (it appends across
+// holders of one socket, so a second start never erases the first's).
+const holderLogMax = 1 << 20
 
 // Run implements the command.
 func (c *HoldCmd) Run(ctx context.Context, app *App) error {
+	var spec holdSpec
+	if err := json.Unmarshal([]byte(app.Getenv(holdVar)), &spec); err != nil || spec.Name == "" || spec.ID == "" ||
+		spec.Name != filepath.Base(spec.Name) {
+		return fmt.Errorf("hold: no valid %s in the environment (hold is started by exec, not by hand): %v", holdVar, err)
+	}
+	// The directory is checked again here, on what this process opened:
+	// the socket, lock, log and mark are named through it.
+	dir, err := privdir.Open(spec.Dir, privdir.Options{Private: true})
+	if err != nil {
+		return fmt.Errorf("hold: %w", err)
+	}
+	defer dir.Close()
+	sock := filepath.Join(dir.FDPath(), spec.Name)
 	// Another holder may be starting, serving, or ending because its
 	// socket was removed (it notices within a second): wait that long.
 	var release func()
 	for deadline := time.Now().Add(3 * time.Second); ; {
-		r, ok, err := filelock.TryExclusive(c.Socket + ".lock")
+		r, ok, err := privdir.TryLock(sock + ".lock")
 		if err != nil {
 			return err
 		}
@@ -49,43 +78,165 @@ func (c *HoldCmd) Run(ctx context.Context, app *App) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	defer release()
-	if channel.Alive(c.Socket, time.Second) {
+	clean := false
+	defer func() {
+		// Removed while held: a holder waiting on the old file sees it
+		// gone and locks the new one (privdir.TryLock).
+		if clean {
+			_ = os.Remove(sock + ".log")
+		}
+		_ = os.Remove(sock + ".lock")
+		release()
+	}()
+	if lf, err := privdir.OpenFile(sock+".log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+		if fi, err := lf.Stat(); err == nil && fi.Size() > holderLogMax {
+			_ = lf.Truncate(0)
+		}
+		defer lf.Close()
+		app.Log = newLogger(lf, "info")
+	}
+	pruneHolderFiles(dir.FDPath(), spec.Name)
+	if channel.Alive(sock, time.Second) {
+		clean = true
 		return nil
 	}
 	o := app.detectOptions()
-	o.Runtime, o.RuntimeSource = c.Engine, "holder"
+	o.Runtime, o.RuntimeSource = spec.Engine, "holder"
 	rt, _, err := detect.Open(ctx, o)
 	if err != nil {
 		return err
 	}
-	conn, err := channel.Open(ctx, channel.Agent{Runtime: rt, ID: c.ID, User: c.User, Binary: c.Agent, Log: app.Log})
+	conn, err := channel.Open(ctx, channel.Agent{Runtime: rt, ID: spec.ID, User: spec.User, Binary: spec.Agent, Log: app.Log})
 	if err != nil {
 		var ue *channel.UnavailableError
 		if errors.As(err, &ue) {
-			channel.MarkUnavailable(c.Socket, ue.Reason)
+			channel.MarkUnavailable(sock, ue.Reason)
 		}
 		app.Log.Info("holder: no channel", "error", err)
 		return err
 	}
-	_ = os.Remove(c.Socket) // stale: its holder is gone (we hold the lock)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: c.Socket, Net: "unix"})
+	_ = os.Remove(sock) // stale: its holder is gone (we hold the lock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		conn.Close()
 		return err
 	}
-	_ = os.Chmod(c.Socket, 0o600)
-	_ = os.Remove(c.Socket + ".unavailable")
-	h := &channel.Holder{Conn: conn, Listener: ln, Idle: c.Idle, Log: app.Log, Path: c.Socket}
-	app.Log.Info("holder: serving", "socket", c.Socket, "id", c.ID, "agent", conn.Build())
+	_ = os.Chmod(sock, 0o600)
+	_ = os.Remove(sock + ".unavailable")
+	h := &channel.Holder{Conn: conn, Listener: ln, Idle: spec.Idle, Log: app.Log, Path: sock}
+	app.Log.Info("holder: serving", "socket", spec.Name, "id", spec.ID, "agent", conn.Build())
 	why := h.Serve(ctx)
 	app.Log.Info("holder: exiting", "why", why)
+	clean = conn.Err() == nil || strings.HasPrefix(why, "idle") || strings.HasPrefix(why, "asked") || strings.HasPrefix(why, "its socket")
 	return nil
 }
 
+// pruneAfter is how old another socket's log or mark must be, with no
+// holder holding its lock, to be removed by a starting holder.
+const pruneAfter = 24 * time.Hour
+
+// pruneHolderFiles removes what ended holders left in dir (logs of
+// failed channels, old marks, lock files): a holder removes its own when
+// it ends cleanly, a killed one cannot.
+func pruneHolderFiles(dir, self string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".lock")
+		if !ok || name == self {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || time.Since(fi.ModTime()) < pruneAfter {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		release, ok, err := privdir.TryLock(p + ".lock")
+		if err != nil || !ok {
+			continue // a holder serves it
+		}
+		for _, suffix := range []string{".log", ".unavailable", ".lock"} {
+			_ = os.Remove(p + suffix)
+		}
+		release()
+	}
+}
+
+// holderEnvKeep are the variables a holder keeps from the exec that
+// starts it: what the engine client and hsbx's settings need, nothing
+// else (a command's secrets stay out of a process that lives on).
+var holderEnvKeep = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "SSH_AUTH_SOCK",
+	"DBUS_SESSION_BUS_ADDRESS", "REGISTRY_AUTH_FILE", "KUBECONFIG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+	"http_proxy", "https_proxy", "no_proxy"}
+
+// holderEnvPrefixes keep whole families: the engines' and hsbx's own.
+var holderEnvPrefixes = []string{"LC_", "XDG_", "DOCKER_", "CONTAINER_", "CONTAINERS_", "_CONTAINERS_", "HSBX_"}
+
+// holderEnvVar names more variables a holder keeps, comma-separated, a
+// trailing * for a prefix: for an engine client (a wrapper script) that
+// reads variables of its own.
+const holderEnvVar = "HSBX_HOLDER_ENV"
+
+// holderEnv is env cut down to what a holder needs, plus its spec.
+func holderEnv(env []string, spec holdSpec) []string {
+	keep, prefixes := slices.Clone(holderEnvKeep), slices.Clone(holderEnvPrefixes)
+	if extra, _ := environ.Lookup(env, holderEnvVar); extra != "" {
+		for _, n := range strings.Split(extra, ",") {
+			if p, ok := strings.CutSuffix(strings.TrimSpace(n), "*"); ok && p != "" {
+				prefixes = append(prefixes, p)
+			} else if n = strings.TrimSpace(n); n != "" {
+				keep = append(keep, n)
+			}
+		}
+	}
+	out := make([]string, 0, 16)
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == holdVar || k == "HSBX_LOG_FILE" {
+			continue
+		}
+		if slices.Contains(keep, k) || slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) {
+			out = append(out, kv)
+		}
+	}
+	b, _ := json.Marshal(spec)
+	return append(out, holdVar+"="+string(b))
+}
+
+// socketBase is where the CLI's holder sockets live: $XDG_RUNTIME_DIR/hsbx
+// when that is safe, else $TMPDIR/hsbx-UID/hsbx. A directory another user
+// could change is never used: the channel is then off, with a warning.
+func (a *App) socketDir() (*privdir.Dir, error) {
+	if a.sockDir != nil || a.sockErr != nil {
+		return a.sockDir, a.sockErr
+	}
+	var errs []error
+	if base := a.Getenv("XDG_RUNTIME_DIR"); base != "" {
+		d, err := channel.OpenSocketDir(base)
+		if err == nil {
+			a.sockDir = d
+			return d, nil
+		}
+		errs = append(errs, err)
+	}
+	tmp := a.Getenv("TMPDIR")
+	if tmp == "" {
+		tmp = "/tmp"
+	}
+	d, err := channel.OpenSocketDir(filepath.Join(tmp, fmt.Sprintf("hsbx-%d", os.Getuid())))
+	if err == nil {
+		a.sockDir = d
+		return d, nil
+	}
+	a.sockErr = errors.Join(append(errs, err)...)
+	return nil, a.sockErr
+}
+
 // channelConfig turns on the exec channel for the CLI: this binary is the
-// agent, holders live under $XDG_RUNTIME_DIR/hsbx (or a 0700 directory of
-// this user under the temp dir), and a plain exec starts one.
+// agent, holders live in a private socket directory (socketDir), and a
+// plain exec starts one.
 func (a *App) channelConfig(c *sandbox.Config) {
 	c.Agent, c.HolderDir, c.StartHolder = "", "", nil
 	if !a.Cfg.ExecChannel.Value || goruntime.GOOS != "linux" {
@@ -95,36 +246,46 @@ func (a *App) channelConfig(c *sandbox.Config) {
 	if err != nil {
 		return
 	}
-	base := a.Getenv("XDG_RUNTIME_DIR")
-	if base == "" {
-		base = filepath.Join(os.TempDir(), fmt.Sprintf("hsbx-%d", os.Getuid()))
-		_ = os.Mkdir(base, 0o700)
-	}
-	dir, err := channel.SocketDir(base)
-	if err != nil || len(dir)+30 > 104 { // sun_path holds 108 bytes
-		a.Log.Debug("exec channel off: no usable socket directory", "dir", base, "error", err)
+	dir, err := a.socketDir()
+	if err != nil {
+		a.warnChannelOff(err)
 		return
 	}
 	agentBin := self
 	if a.Cfg.ExecChannelAgent.Value != "" {
 		agentBin = a.Cfg.ExecChannelAgent.Value
 	}
-	c.Agent, c.HolderDir = agentBin, dir
+	c.Agent, c.HolderDir = agentBin, dir.FDPath()
 	c.StartHolder = func(h sandbox.HolderSpec) {
 		if why, ok := channel.UnavailableReason(h.Socket); ok {
 			a.Log.Debug("exec channel unavailable here; not starting a holder", "why", why)
 			return
 		}
-		argv := []string{self, "--log-level", "info", "hold", "--socket", h.Socket, "--id", h.ID,
-			"--engine", c.Runtime.Binary(), "--agent", agentBin, "--idle", a.Cfg.ExecChannelIdle.Value.String()}
-		if h.User != "" {
-			argv = append(argv, "--user", h.User)
-		}
-		env := append(withoutVar(a.Env.Environ, "HSBX_LOG_FILE"), "HSBX_LOG_FILE="+strings.TrimSuffix(h.Socket, ".sock")+".log")
-		if _, err := proc.StartDetached(argv, env); err != nil {
+		spec := holdSpec{Dir: dir.Path(), Name: filepath.Base(h.Socket), ID: h.ID, User: h.User,
+			Engine: c.Runtime.Binary(), Agent: agentBin, Idle: a.Cfg.ExecChannelIdle.Value}
+		// A flag first: a binary that is not hsbx (a Go test binary
+		// embedding the CLI) stops at it instead of running its own main.
+		argv := []string{self, "--log-level", "info", "hold"}
+		if _, err := proc.StartDetached(argv, holderEnv(a.Env.Environ, spec)); err != nil {
 			a.Log.Debug("starting the exec channel holder failed", "error", err)
 		}
 	}
+}
+
+// warnChannelOff says once why the exec channel is off: a socket
+// directory another user could change is a reason to say so loudly.
+func (a *App) warnChannelOff(err error) {
+	if a.sockWarned {
+		return
+	}
+	a.sockWarned = true
+	var ue *privdir.UnsafeError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(a.Env.Stderr, "hsbx: warning: the exec channel is off (commands take the plain engine path): %s\n  hint: %s\n",
+			safe(err.Error()), safe(ue.Hint()))
+		return
+	}
+	a.Log.Debug("exec channel off: no usable socket directory", "error", err)
 }
 
 func withoutVar(env []string, name string) []string {
@@ -143,12 +304,18 @@ func (a *App) channelVerdict() string {
 	if !a.Cfg.ExecChannel.Value {
 		return "off (exec_channel = false)"
 	}
+	if goruntime.GOOS != "linux" {
+		return "unavailable: the exec channel needs a Linux host"
+	}
+	if _, err := a.socketDir(); err != nil {
+		return "unavailable: " + err.Error()
+	}
 	a.channelConfig(&c)
 	if c.Agent == "" {
-		return "unavailable: no Linux host or no private socket directory (see --log-level debug)"
+		return "unavailable: hsbx cannot find its own binary"
 	}
 	if err := channel.CheckBinary(c.Agent); err != nil {
 		return err.Error()
 	}
-	return fmt.Sprintf("on (agent %s; holders in %s)", c.Agent, c.HolderDir)
+	return fmt.Sprintf("on (agent %s; holders in %s)", c.Agent, a.sockDir.Path())
 }
