@@ -159,3 +159,75 @@ func TestChannelSurvivesTheAgentDying(t *testing.T) {
 		}
 	})
 }
+
+// forgeScript is a hostile process in the sandbox (not the command): it
+// finds every hsbx agent and writes to its stdout, through /proc, a
+// forged exit frame (status 42) for streams 1..7 and then half a frame
+// (a header promising 1 MiB); it prints how many writes got through.
+const forgeScript = `n=0
+for p in /proc/[0-9]*; do
+  tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q '^/.hsbx-agent-[0-9a-f]* agent' || continue
+  for s in 1 2 3 4 5 6 7; do
+    printf "\010\000\000\000\00$s\000\000\000\013{\"code\":42}" 2>/dev/null > "$p/fd/1" && n=$((n+1))
+  done
+  printf '\005\000\000\000\001\000\020\000' 2>/dev/null > "$p/fd/1" && n=$((n+1))
+done
+echo "$n"`
+
+// The sandbox is untrusted: a process in it other than the command must
+// not be able to speak for the agent — end a running command early with a
+// forged status, inject output, or wedge the channel with a cut frame.
+func TestChannelFramesCannotBeForgedFromTheSandbox(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if e.tg.Fake {
+			t.Skip("the fakes run the agent on the host, as root, whom no agent can keep out")
+		}
+		ctx := context.Background()
+		sb := e.channelManager().Sandbox(e.key("forge"), e.spec())
+		t.Cleanup(func() { _ = sb.Close(ctx) })
+		res, err := sb.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := sb.ChannelStatus(res.ID); got != "up" {
+			t.Fatalf("channel %q, want up", got)
+		}
+		type result struct {
+			code int
+			out  string
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var out bytes.Buffer
+			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 3; echo real; exit 7"}, Stdout: &out})
+			done <- result{code, out.String(), err}
+		}()
+		time.Sleep(500 * time.Millisecond) // the command is running
+		// The hostile process comes in another way: a plain exec.
+		plain := e.manager().Sandbox(e.key("forge"), e.spec())
+		var fout, ferr bytes.Buffer
+		code, err := plain.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", forgeScript}, Stdout: &fout, Stderr: &ferr})
+		if err != nil || code != 0 {
+			t.Fatalf("forger: %d %v %s", code, err, ferr.String())
+		}
+		if strings.TrimSpace(fout.String()) != "0" {
+			t.Errorf("a process in the sandbox wrote %s frame(s) into the agent's channel", strings.TrimSpace(fout.String()))
+		}
+		r := <-done
+		if r.err != nil || r.code != 7 || r.out != "real\n" {
+			t.Fatalf("the channel's command ended %d %q %v, want 7 \"real\\n\"", r.code, r.out, r.err)
+		}
+		// Not wedged: the channel still serves.
+		var out bytes.Buffer
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"echo", "after"}, Stdout: &out}); err != nil || code != 0 || out.String() != "after\n" {
+			t.Fatalf("after the forger: %d %q %v", code, out.String(), err)
+		}
+		if got := sb.ChannelStatus(res.ID); got != "up" {
+			t.Fatalf("channel %q after the forger, want up", got)
+		}
+	})
+}
