@@ -6,11 +6,13 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/sandbox"
 )
@@ -228,6 +230,44 @@ func TestChannelFramesCannotBeForgedFromTheSandbox(t *testing.T) {
 		}
 		if got := sb.ChannelStatus(res.ID); got != "up" {
 			t.Fatalf("channel %q after the forger, want up", got)
+		}
+	})
+}
+
+// A paused sandbox with its channel up: the agent is frozen and would
+// take the command and never answer. The command must not hang: it is
+// not sent, and the plain path (which unpauses) runs it, once.
+func TestChannelPausedSandboxRunsOnce(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if e.tg.Fake {
+			t.Skip("the fakes' pause freezes no process")
+		}
+		e.skipOnKube("a Pod cannot be paused")
+		ctx := context.Background()
+		sb := e.channelManager().Sandbox(e.key("paused"), e.spec())
+		t.Cleanup(func() { _ = sb.Close(ctx) })
+		res, err := sb.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := sb.ChannelStatus(res.ID); got != "up" {
+			t.Fatalf("channel %q, want up", got)
+		}
+		cmd := exec.Command(e.tg.Bin, "pause", res.ID)
+		cmd.Env = e.tg.Env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Skipf("this engine cannot pause here: %v: %s", err, out)
+		}
+		time.Sleep(channel.QuietBefore + 100*time.Millisecond) // the agent has been quiet
+		var out bytes.Buffer
+		execCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		code, err := sb.Exec(execCtx, sandbox.Command{Argv: []string{"sh", "-c", "echo x >> /tmp/ran; cat /tmp/ran | wc -l"}, Stdout: &out})
+		if err != nil || code != 0 || strings.TrimSpace(out.String()) != "1" {
+			t.Fatalf("exec on a paused sandbox: %d %q %v, want 0 and one run", code, out.String(), err)
 		}
 	})
 }

@@ -81,6 +81,12 @@ func (a *agent) loop(r *wire.Reader) error {
 			helloSeen = true
 			continue
 		}
+		if f.Type == wire.TPing {
+			if err := a.w.Write(wire.TPong, 0, f.Payload); err != nil {
+				return err
+			}
+			continue
+		}
 		a.mu.Lock()
 		s := a.streams[f.Stream]
 		a.mu.Unlock()

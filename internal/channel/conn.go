@@ -12,10 +12,12 @@ package channel
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +56,17 @@ type Result struct {
 // KillWait bounds how long Run waits for the agent to confirm a kill.
 const KillWait = 5 * time.Second
 
+// Liveness bounds. A command goes to an agent that has been silent for
+// QuietBefore only after a Ping answered within PingWait; otherwise it is
+// not sent (ErrNotDelivered: the plain path, which unpauses a paused
+// sandbox, runs it). A frame the agent began and did not finish within
+// FrameWait ends the channel: nothing after it could be read.
+const (
+	QuietBefore = time.Second
+	PingWait    = 5 * time.Second
+	FrameWait   = 60 * time.Second
+)
+
 // Conn is an open channel to an agent. It is safe for concurrent use.
 type Conn struct {
 	w      *wire.Writer
@@ -65,7 +78,18 @@ type Conn struct {
 	next    uint32
 	err     error         // why the channel is down
 	done    chan struct{} // closed when the reader stops
+
+	heard    atomic.Int64 // when the agent's last frame arrived (unix nanoseconds)
+	pingMu   sync.Mutex
+	pingSeq  uint64
+	pings    map[uint64]chan struct{}
+	rd       *wire.Reader
+	bounds
 }
+
+// bounds are a Conn's liveness bounds: QuietBefore, PingWait, FrameWait
+// (tests use less).
+type bounds struct{ quiet, pingWait, frameMax time.Duration }
 
 type cstream struct {
 	out    *wire.Queue
@@ -77,8 +101,14 @@ type cstream struct {
 // NewConn opens the protocol on r/w: it sends Hello and waits (up to
 // wait) for the peer's. closer is closed by Close.
 func NewConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration) (*Conn, error) {
-	c := &Conn{w: wire.NewWriter(w), closer: closer, streams: map[uint32]*cstream{}, done: make(chan struct{})}
+	return newConn(r, w, closer, wait, bounds{QuietBefore, PingWait, FrameWait})
+}
+
+func newConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration, b bounds) (*Conn, error) {
+	c := &Conn{w: wire.NewWriter(w), closer: closer, streams: map[uint32]*cstream{}, done: make(chan struct{}),
+		pings: map[uint64]chan struct{}{}, bounds: b}
 	rd := wire.NewReader(r)
+	c.rd = rd
 	type helloRes struct {
 		h   wire.Hello
 		err error
@@ -107,8 +137,81 @@ func NewConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration) (*C
 	case <-time.After(wait):
 		return nil, fmt.Errorf("no hello from the agent within %s", wait)
 	}
+	c.heard.Store(time.Now().UnixNano())
 	go c.read(rd)
+	go c.watch()
 	return c, nil
+}
+
+// watch ends the channel when the agent stops half-way through a frame
+// for longer than frameMax: the reader would wait forever, and every
+// command behind it with it.
+func (c *Conn) watch() {
+	tick := time.NewTicker(min(c.frameMax/4+time.Millisecond, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tick.C:
+			if t := c.rd.PartialSince(); !t.IsZero() && time.Since(t) > c.frameMax {
+				c.fail(fmt.Errorf("the agent began a frame and did not finish it within %s", c.frameMax))
+				if c.closer != nil {
+					_ = c.closer.Close() // unblocks the reader
+				}
+				return
+			}
+		}
+	}
+}
+
+// Ping checks that the agent answers within wait.
+func (c *Conn) Ping(ctx context.Context, wait time.Duration) error {
+	c.pingMu.Lock()
+	c.pingSeq++
+	seq := c.pingSeq
+	ch := make(chan struct{})
+	c.pings[seq] = ch
+	c.pingMu.Unlock()
+	defer func() {
+		c.pingMu.Lock()
+		delete(c.pings, seq)
+		c.pingMu.Unlock()
+	}()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	// Written aside: to an agent that reads nothing, even a write can
+	// block once the pipes are full, and the bound must hold.
+	go func() {
+		if err := c.w.Write(wire.TPing, 0, b[:]); err != nil {
+			c.fail(err)
+		}
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-c.done:
+		return c.Err()
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return fmt.Errorf("the agent did not answer within %s (is the sandbox paused or frozen?)", wait)
+	}
+}
+
+// pong matches an answer to its Ping.
+func (c *Conn) pong(p []byte) {
+	if len(p) != 8 {
+		return
+	}
+	c.pingMu.Lock()
+	defer c.pingMu.Unlock()
+	if ch, ok := c.pings[binary.BigEndian.Uint64(p)]; ok {
+		close(ch)
+		delete(c.pings, binary.BigEndian.Uint64(p))
+	}
 }
 
 // Build is the agent's build identity from its hello.
@@ -164,6 +267,11 @@ func (c *Conn) dispatch(rd *wire.Reader) error {
 		if err != nil {
 			return err
 		}
+		c.heard.Store(time.Now().UnixNano())
+		if f.Type == wire.TPong && f.Stream == 0 {
+			c.pong(f.Payload)
+			continue
+		}
 		c.mu.Lock()
 		s := c.streams[f.Stream]
 		if f.Type == wire.TExit {
@@ -207,6 +315,13 @@ func (c *Conn) dispatch(rd *wire.Reader) error {
 // command's processes are killed in the sandbox and Result.Interrupted is
 // set. Errors: ErrNotDelivered (never sent) or *BrokenError (may have run).
 func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
+	if time.Since(time.Unix(0, c.heard.Load())) > c.quiet {
+		// Quiet for a while: a paused or frozen sandbox would take the
+		// command and never answer. Ask first.
+		if err := c.Ping(ctx, c.pingWait); err != nil {
+			return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
+		}
+	}
 	s := &cstream{out: wire.NewQueue(), in: wire.NewFlow(wire.Window), exit: make(chan wire.Exit, 1), broken: make(chan struct{})}
 	c.mu.Lock()
 	if c.err != nil {

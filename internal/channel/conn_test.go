@@ -18,6 +18,12 @@ import (
 // pair connects a Conn to an in-process agent over two pipes.
 func pair(t *testing.T) *Conn {
 	t.Helper()
+	return pairWith(t, bounds{QuietBefore, PingWait, FrameWait})
+}
+
+// pairWith is pair with the liveness bounds b.
+func pairWith(t *testing.T, b bounds) *Conn {
+	t.Helper()
 	toAgentR, toAgentW := io.Pipe()
 	fromAgentR, fromAgentW := io.Pipe()
 	done := make(chan error, 1)
@@ -25,7 +31,7 @@ func pair(t *testing.T) *Conn {
 		done <- agent.Serve(toAgentR, fromAgentW, "test")
 		fromAgentW.Close()
 	}()
-	c, err := NewConn(fromAgentR, toAgentW, toAgentW, 5*time.Second)
+	c, err := newConn(fromAgentR, toAgentW, toAgentW, 5*time.Second, b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,13 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Proto is the protocol version both ends must speak (Hello.Proto).
-const Proto = 1
+// 2 added Ping and Pong (a peer of another version is refused at hello).
+const Proto = 2
 
 // MaxPayload bounds a frame's payload; a peer announcing more is broken.
 const MaxPayload = 1 << 20
@@ -53,11 +56,13 @@ const (
 	TExit     Type = 8  // Exit: the stream is over
 	TCredit   Type = 9  // 4 bytes: the receiver consumed that much data
 	TShutdown Type = 10 // ask a holder to end its channel and exit
-	maxType   Type = TShutdown
+	TPing     Type = 11 // stream 0: answer with Pong, same payload (liveness)
+	TPong     Type = 12 // stream 0: the answer to a Ping
+	maxType   Type = TPong
 )
 
 func (t Type) String() string {
-	names := [...]string{"", "hello", "start", "stdin", "stdin-eof", "stdout", "stderr", "signal", "exit", "credit", "shutdown"}
+	names := [...]string{"", "hello", "start", "stdin", "stdin-eof", "stdout", "stderr", "signal", "exit", "credit", "shutdown", "ping", "pong"}
 	if t >= 1 && t <= maxType {
 		return names[t]
 	}
@@ -113,7 +118,22 @@ var ErrTooLarge = errors.New("frame payload too large")
 const headerLen = 9
 
 // Reader reads frames.
-type Reader struct{ r *bufio.Reader }
+type Reader struct {
+	r *bufio.Reader
+	// partial is when the header of a frame whose payload has not all
+	// arrived was read (unix nanoseconds; 0 between frames).
+	partial atomic.Int64
+}
+
+// PartialSince is when the frame being read began arriving, while its
+// payload has not all arrived (zero between frames): a peer that stops
+// half-way through a frame shows here.
+func (r *Reader) PartialSince() time.Time {
+	if n := r.partial.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 // NewReader reads frames from r.
 func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 64<<10)} }
@@ -135,6 +155,10 @@ func (r *Reader) Read() (Frame, error) {
 	}
 	if n > 0 {
 		f.Payload = make([]byte, n)
+		if r.r.Buffered() < int(n) {
+			r.partial.Store(time.Now().UnixNano())
+			defer r.partial.Store(0)
+		}
 		if _, err := io.ReadFull(r.r, f.Payload); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
