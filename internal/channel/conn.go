@@ -79,11 +79,11 @@ type Conn struct {
 	err     error         // why the channel is down
 	done    chan struct{} // closed when the reader stops
 
-	heard    atomic.Int64 // when the agent's last frame arrived (unix nanoseconds)
-	pingMu   sync.Mutex
-	pingSeq  uint64
-	pings    map[uint64]chan struct{}
-	rd       *wire.Reader
+	heard   atomic.Int64 // when the agent's last frame arrived (unix nanoseconds)
+	pingMu  sync.Mutex
+	pingSeq uint64
+	pings   map[uint64]chan struct{}
+	rd      *wire.Reader
 	bounds
 }
 
