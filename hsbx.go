@@ -146,16 +146,18 @@ func (o Options) detect() detect.Options {
 // directory and has a Hint).
 var ErrUnsafeDir = privdir.ErrUnsafe
 
-// checkDirs makes the state and cache directories (0700 when new) and
-// checks that no other user can change them or any directory above them
-// (on what was opened, internal/privdir): the verified container id of
-// the warm path and the engine facts hsbx trusts are read from there.
+// checkDirs makes the state and cache directories (0755 when new, as
+// the per-key directories a sandbox mounts must be reachable by a
+// rootless engine's user) and checks that no other user can change them
+// or any directory above them (on what was opened, internal/privdir): the
+// verified container id of the warm path and the engine facts hsbx trusts
+// are read from there.
 func checkDirs(dirs ...string) error {
 	for _, d := range dirs {
 		if d == "" {
 			continue
 		}
-		pd, err := privdir.Open(d, privdir.Options{Create: true})
+		pd, err := privdir.Open(d, privdir.Options{Create: true, Mode: 0o755})
 		if err != nil {
 			return fmt.Errorf("hsbx directory: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -27,6 +28,18 @@ func cliTargets(t *testing.T) []struct {
 		state := tg.StateDir
 		if state == "" {
 			state = dir
+		}
+		if tg.Rootless {
+			// hsbx runs as root here: its state must be root's (another
+			// user's is refused), yet reachable by the rootless engine's user.
+			var err error
+			if state, err = os.MkdirTemp("", "hsbx-it-rootless-state-"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(state) })
+			if err := os.Chmod(state, 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 		xdg := dir
 		if tg.Rootless {

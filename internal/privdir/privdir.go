@@ -43,8 +43,9 @@ func (e *UnsafeError) Hint() string {
 
 // Options say how to open a directory.
 type Options struct {
-	// Create makes missing directories (mode 0700) on the way.
+	// Create makes missing directories on the way, with Mode (0 = 0700).
 	Create bool
+	Mode   os.FileMode
 	// Private also refuses any group or other permission on the last
 	// directory (sockets' directory: mode 0700).
 	Private bool

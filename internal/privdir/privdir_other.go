@@ -15,7 +15,11 @@ func Open(path string, o Options) (*Dir, error) {
 		return nil, errors.New("no directory given")
 	}
 	if o.Create {
-		if err := os.MkdirAll(path, 0o700); err != nil {
+		mode := o.Mode.Perm()
+		if mode == 0 {
+			mode = 0o700
+		}
+		if err := os.MkdirAll(path, mode); err != nil {
 			return nil, err
 		}
 	}

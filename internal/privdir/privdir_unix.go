@@ -31,6 +31,10 @@ func Open(path string, o Options) (*Dir, error) {
 		path = abs
 	}
 	uid := os.Getuid()
+	mode := uint32(o.Mode.Perm() &^ 0o022) // never writable by others
+	if mode == 0 {
+		mode = 0o700
+	}
 	links := 0
 restart:
 	path = filepath.Clean(path)
@@ -53,7 +57,7 @@ restart:
 		var st unix.Stat_t
 		err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 		if errors.Is(err, unix.ENOENT) && o.Create {
-			if err = unix.Mkdirat(fd, name, 0o700); err == nil || errors.Is(err, unix.EEXIST) {
+			if err = unix.Mkdirat(fd, name, mode); err == nil || errors.Is(err, unix.EEXIST) {
 				err = unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 			}
 		}
