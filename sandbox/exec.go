@@ -75,6 +75,24 @@ func (e *InterruptedError) Error() string {
 
 func (e *InterruptedError) Unwrap() error { return e.Cause }
 
+// StoppedDuringExecError says the sandbox stopped after a command was
+// sent to it, and the exec ended with what reads like the engine's "not
+// running": the command may have run (and printed those words itself),
+// so it was not run again. Its exit status (Code) and stderr were kept.
+type StoppedDuringExecError struct {
+	Name string
+	At   time.Time // when the engine says the sandbox stopped
+	Code int       // the exec's exit status
+}
+
+func (e *StoppedDuringExecError) Error() string {
+	return fmt.Sprintf("sandbox %s stopped while the command was starting or running (at %s; the exec ended with status %d): it may have run, so it was not run again",
+		e.Name, e.At.Format(time.RFC3339Nano), e.Code)
+}
+
+// Unwrap makes it runtime.ErrNotRunning.
+func (e *StoppedDuringExecError) Unwrap() error { return runtime.ErrNotRunning }
+
 // Exec runs c in the sandbox and returns the command's exit status.
 //
 // Warm, it is one engine call: the command is run in the container this
@@ -85,7 +103,10 @@ func (e *InterruptedError) Unwrap() error { return e.Cause }
 // the engine saying the container is missing, stopped or paused, hsbx asks
 // the engine (one inspect): if the sandbox is running after all, the words
 // were the command's own, and its stderr and exit status are delivered
-// unchanged; only if it really is not up is it ensured and the command run.
+// unchanged; only if it really is not up, and stopped before the exec
+// began (the engine's FinishedAt), is it ensured and the command run. A
+// sandbox that stopped after the exec began may have run the command:
+// that is a *StoppedDuringExecError, never a second run.
 func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 	env, err := s.m.execEnv(c.Env)
 	if err != nil {
@@ -106,6 +127,7 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 				return code, err
 			}
 		}
+		began := time.Now()
 		code, err := s.execOnce(ctx, target, c, env)
 		if err == nil && s.usesChannel(c) {
 			s.afterPlainExec(target)
@@ -128,6 +150,16 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 		}
 		if attempt > 0 {
 			return code, err
+		}
+		if cur != nil && !cur.Finished.IsZero() && !cur.Finished.Before(began) {
+			// It stopped after this exec began: the words may be the
+			// command's, printed as its sandbox went down. It may have
+			// run, so it is reported, never run again.
+			var ee *runtime.EngineError
+			if errors.As(err, &ee) && c.Stderr != nil && len(ee.Held) > 0 {
+				_, _ = c.Stderr.Write(ee.Held)
+			}
+			return -1, &StoppedDuringExecError{Name: s.name, At: cur.Finished, Code: code}
 		}
 		s.m.log.Debug("sandbox not up; ensuring it", "id", target, "error", err)
 		if cur == nil {

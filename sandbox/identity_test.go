@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +171,53 @@ func count(lines []string, sub string) int {
 		}
 	}
 	return n
+}
+
+// stopOnInspect stops the container before the first Inspect answers:
+// the sandbox goes down between the exec's end and hsbx's question.
+type stopOnInspect struct {
+	runtime.Runtime
+	once sync.Once
+}
+
+func (r *stopOnInspect) Inspect(ctx context.Context, ids ...string) ([]runtime.Container, error) {
+	r.once.Do(func() { _ = r.Runtime.Stop(ctx, ids[0], 0) })
+	return r.Runtime.Inspect(ctx, ids...)
+}
+
+// The review's double run: a command prints the engine's "not running"
+// words and exits with the engine's status while its sandbox stops. The
+// engine then confirms "not running", yet the command ran: hsbx must
+// report it (the stderr kept), never start the sandbox and run it again.
+func TestStoppedDuringExecIsNotRunAgain(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		e.skipOnKube("stop deletes the Pod: there is no stopped sandbox to ask")
+		ctx := context.Background()
+		if _, err := e.manager().Sandbox(e.key("stopping"), e.spec()).Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		msg, code := "Error response from daemon: Container x is not running", 1
+		if e.tg.Dialect() == runtime.Podman {
+			msg, code = "Error: can only create exec sessions on running containers: container state improper", 255
+		}
+		m := sandbox.New(sandbox.Config{Runtime: &stopOnInspect{Runtime: e.rt}, StateDir: e.tg.StateDir, CacheDir: e.t.TempDir(),
+			Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {}})
+		sb := m.Sandbox(e.key("stopping"), e.spec())
+		e.log.reset()
+		var out, errb bytes.Buffer
+		script := fmt.Sprintf(`echo run; echo "%s" >&2; exit %d`, msg, code)
+		got, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
+		var sd *sandbox.StoppedDuringExecError
+		if !errors.As(err, &sd) || !errors.Is(err, runtime.ErrNotRunning) || sd.Code != code {
+			t.Fatalf("exit %d, err %v: want a StoppedDuringExecError with status %d", got, err, code)
+		}
+		if out.String() != "run\n" || errb.String() != msg+"\n" {
+			t.Fatalf("ran %d time(s); stderr %q", strings.Count(out.String(), "run"), errb.String())
+		}
+		for _, l := range e.log.all() {
+			if strings.Contains(l, " start ") || strings.Contains(l, " run ") {
+				t.Fatalf("hsbx started the sandbox again: %s", l)
+			}
+		}
+	})
 }
