@@ -86,6 +86,8 @@ func judge(c runtime.Container, profile string, o Options, usage func(runtime.Co
 	old := func(what string, t time.Time) (bool, bool, string, time.Duration) {
 		a := since(t)
 		switch {
+		case a < 0 && !t.IsZero():
+			return false, false, fmt.Sprintf("%s, at a time %s ahead of this host's clock (clock skew): age unknown", what, t.Sub(o.Now).Round(time.Second)), -1
 		case a < 0:
 			return false, false, what + ", age unknown", -1
 		case a < o.MaxAge:

@@ -49,7 +49,7 @@ const (
 // default), and `hsbx config` shows them with their source.
 type Globals struct {
 	Runtime       string           `predictor:"runtime" help:"Engine to drive: docker, podman, kubectl (a Kubernetes cluster; never auto-detected), another name on PATH, or a path (runtime; env HSBX_RUNTIME, HERMES_DOCKER_BINARY; default auto-detect)." placeholder:"NAME|PATH"`
-	Profile       string           `help:"Profile whose sandboxes to act on (profile; env HSBX_PROFILE; default \"default\")." placeholder:"NAME"`
+	Profile       nameFlag         `help:"Profile whose sandboxes to act on (profile; env HSBX_PROFILE; default \"default\")." placeholder:"NAME"`
 	Config        string           `help:"Configuration file (env HSBX_CONFIG; default $$XDG_CONFIG_HOME/hsbx/config.toml)." placeholder:"FILE"`
 	JSON          bool             `help:"Print machine-readable JSON instead of text."`
 	LogLevel      string           `predictor:"level" help:"Log to stderr at this level: debug (shows every engine call), info, warn, error (log_level; env HSBX_LOG_LEVEL; default warn)." placeholder:"LEVEL"`
@@ -62,9 +62,34 @@ type Globals struct {
 // flags are the settings given on the command line: the global ones and
 // those of the selected command.
 func (g *Globals) flags() []config.Flag {
-	return given(config.Flag{Key: "runtime", Value: g.Runtime, Name: "--runtime"}, config.Flag{Key: "profile", Value: g.Profile, Name: "--profile"},
+	return append(g.Profile.flag("profile", "--profile"), given(config.Flag{Key: "runtime", Value: g.Runtime, Name: "--runtime"},
 		config.Flag{Key: "log_level", Value: g.LogLevel, Name: "--log-level"}, config.Flag{Key: "engine_timeout", Value: g.EngineTimeout, Name: "--engine-timeout"},
-		config.Flag{Key: "kubernetes.context", Value: g.KubeContext, Name: "--kube-context"}, config.Flag{Key: "kubernetes.namespace", Value: g.KubeNamespace, Name: "--kube-namespace"})
+		config.Flag{Key: "kubernetes.context", Value: g.KubeContext, Name: "--kube-context"}, config.Flag{Key: "kubernetes.namespace", Value: g.KubeNamespace, Name: "--kube-namespace"})...)
+}
+
+// nameFlag is a flag naming a task or profile: it knows whether it was
+// given, so "--task ''" reaches the configuration (which refuses an empty
+// name, as from a file or the environment) instead of reading as absent.
+type nameFlag struct {
+	Value string
+	Set   bool
+}
+
+// Decode implements kong.MapperValue: called only when the flag is given.
+func (n *nameFlag) Decode(ctx *kong.DecodeContext) error {
+	if err := ctx.Scan.PopValueInto("name", &n.Value); err != nil {
+		return err
+	}
+	n.Set = true
+	return nil
+}
+
+// flag is the setting flag, when given.
+func (n nameFlag) flag(key, name string) []config.Flag {
+	if !n.Set {
+		return nil
+	}
+	return []config.Flag{{Key: key, Value: n.Value, Name: name}}
 }
 
 // given keeps the setting flags that were given on the command line.
@@ -340,6 +365,18 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
+// usageError is a bad flag value a command found (exit 2), with its fix.
+type usageError struct {
+	err  error
+	hint string
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// Hint says what to give instead.
+func (e *usageError) Hint() string { return e.hint }
+
 // exitError carries an exit code chosen by a command.
 type exitError struct {
 	code int
@@ -385,7 +422,8 @@ func exitCode(ctx context.Context, err error) int {
 		return 130
 	}
 	var bs *sandbox.SpecError
-	if errors.As(err, &bs) || errors.Is(err, sandbox.ErrMemoryPath) || errors.Is(err, hsbx.ErrUnsafeDir) {
+	var ue *usageError
+	if errors.As(err, &ue) || errors.As(err, &bs) || errors.Is(err, sandbox.ErrMemoryPath) || errors.Is(err, hsbx.ErrUnsafeDir) {
 		return ExitUsage
 	}
 	if errors.Is(err, runtime.ErrNoSuchPath) || errors.Is(err, sandbox.ErrNoSandbox) {

@@ -50,7 +50,8 @@ func ago(now, t time.Time) string {
 	}
 	d := now.Sub(t).Round(time.Second)
 	if d < 0 {
-		d = 0
+		// The engine's clock is ahead of this host's: say so, not "0s ago".
+		return t.Sub(now).Round(time.Second).String() + " ahead (clock skew)"
 	}
 	return d.String() + " ago"
 }

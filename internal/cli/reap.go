@@ -11,7 +11,7 @@ import (
 
 // ReapCmd removes sandboxes that crashed or abandoned processes left behind.
 type ReapCmd struct {
-	MaxAge      time.Duration `help:"Remove exited, never-started and dead sandboxes older than this (default: 2 x reaper.lifetime, at least 120s)." placeholder:"DUR"`
+	MaxAge      string        `help:"Remove exited, never-started and dead sandboxes older than this; 0 removes them whatever their age (default: 2 x reaper.lifetime, at least 120s: a young never-started one may be another process's up in progress)." placeholder:"DUR"`
 	Idle        string        `help:"Also remove running sandboxes unused through hsbx for this long, with no command running in them on any host (reaper.idle_after; 0 = never)." placeholder:"DUR"`
 	AllProfiles bool          `help:"Sweep every profile, not only the current one."`
 	DryRun      bool          `help:"Report the verdicts; remove nothing."`
@@ -23,14 +23,22 @@ func (c *ReapCmd) settingFlags() []config.Flag {
 
 // Run implements the command: a constant number of engine calls.
 func (c *ReapCmd) Run(ctx context.Context, app *App) error {
+	maxAge := time.Duration(-1) // checked before any engine call
+	if c.MaxAge != "" {
+		d, err := config.ParseDuration(c.MaxAge)
+		if err != nil {
+			return &usageError{fmt.Errorf("--max-age %q: %w", c.MaxAge, err), "give a duration like 10m, or 0 for any age"}
+		}
+		maxAge = d
+	}
 	cl, err := app.open(ctx)
 	if err != nil {
 		return err
 	}
 	o := cl.ReapOptions()
 	o.AllProfiles = c.AllProfiles
-	if c.MaxAge > 0 {
-		o.MaxAge = c.MaxAge
+	if maxAge >= 0 {
+		o.MaxAge = maxAge // 0 too: every age is old enough
 	}
 	rep, err := cl.Sweeper().Sweep(ctx, o, c.DryRun)
 	if err != nil {

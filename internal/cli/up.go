@@ -10,11 +10,11 @@ import (
 
 // taskFlag is the --task every sandbox command takes.
 type taskFlag struct {
-	Task string `predictor:"task" help:"Task whose sandbox to use (task; env HSBX_TASK; default \"default\")." placeholder:"ID"`
+	Task nameFlag `predictor:"task" help:"Task whose sandbox to use (task; env HSBX_TASK; default \"default\")." placeholder:"ID"`
 }
 
 func (t taskFlag) flags() []config.Flag {
-	return given(config.Flag{Key: "task", Value: t.Task, Name: "--task"})
+	return t.Task.flag("task", "--task")
 }
 
 func (t taskFlag) settingFlags() []config.Flag { return t.flags() }
