@@ -68,7 +68,7 @@ func (g *Globals) flags() []config.Flag {
 }
 
 // nameFlag is a flag naming a task or profile: it knows whether it was
-// given, so "--task ''" reaches the configuration (which refuses an empty
+// given, so "--task ”" reaches the configuration (which refuses an empty
 // name, as from a file or the environment) instead of reading as absent.
 type nameFlag struct {
 	Value string

@@ -11,10 +11,10 @@ import (
 
 // ReapCmd removes sandboxes that crashed or abandoned processes left behind.
 type ReapCmd struct {
-	MaxAge      string        `help:"Remove exited, never-started and dead sandboxes older than this; 0 removes them whatever their age (default: 2 x reaper.lifetime, at least 120s: a young never-started one may be another process's up in progress)." placeholder:"DUR"`
-	Idle        string        `help:"Also remove running sandboxes unused through hsbx for this long, with no command running in them on any host (reaper.idle_after; 0 = never)." placeholder:"DUR"`
-	AllProfiles bool          `help:"Sweep every profile, not only the current one."`
-	DryRun      bool          `help:"Report the verdicts; remove nothing."`
+	MaxAge      string `help:"Remove exited, never-started and dead sandboxes older than this; 0 removes them whatever their age (default: 2 x reaper.lifetime, at least 120s: a young never-started one may be another process's up in progress)." placeholder:"DUR"`
+	Idle        string `help:"Also remove running sandboxes unused through hsbx for this long, with no command running in them on any host (reaper.idle_after; 0 = never)." placeholder:"DUR"`
+	AllProfiles bool   `help:"Sweep every profile, not only the current one."`
+	DryRun      bool   `help:"Report the verdicts; remove nothing."`
 }
 
 func (c *ReapCmd) settingFlags() []config.Flag {
