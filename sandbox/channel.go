@@ -36,7 +36,8 @@ type channelState struct {
 	mu          sync.Mutex
 	conn        *channel.Conn
 	id          string // the container the conn reaches
-	unavailable string // why the agent cannot run here (no retry)
+	unavailable string // why the agent cannot run in container unavailID (no retry there)
+	unavailID   string
 	holderTried atomic.Bool
 }
 
@@ -132,7 +133,7 @@ func (s *Sandbox) channelRunner(ctx context.Context, target string) (runFunc, bo
 	cs := &s.ch
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.unavailable != "" {
+	if cs.unavailable != "" && cs.unavailID == target {
 		return nil, false
 	}
 	if cs.conn != nil && cs.id == target && cs.conn.Err() == nil {
@@ -146,7 +147,7 @@ func (s *Sandbox) channelRunner(ctx context.Context, target string) (runFunc, bo
 	if err != nil {
 		var ue *channel.UnavailableError
 		if errors.As(err, &ue) {
-			cs.unavailable = ue.Reason
+			cs.unavailable, cs.unavailID = ue.Reason, target
 		}
 		s.m.log.Debug("exec channel not opened; plain exec", "id", target, "error", err)
 		return nil, false
@@ -195,7 +196,7 @@ func (s *Sandbox) ChannelStatus(id string) string {
 		s.ch.mu.Lock()
 		defer s.ch.mu.Unlock()
 		switch {
-		case s.ch.unavailable != "":
+		case s.ch.unavailable != "" && s.ch.unavailID == id:
 			return "unavailable: " + s.ch.unavailable
 		case s.ch.conn != nil && s.ch.id == id && s.ch.conn.Err() == nil:
 			return "up"

@@ -271,3 +271,37 @@ func TestChannelPausedSandboxRunsOnce(t *testing.T) {
 		}
 	})
 }
+
+// A channel opened while its sandbox is stopped (stopped behind the
+// program's back) is not marked unavailable: that is the sandbox's state,
+// not the agent's fault. The plain path starts the sandbox and runs the
+// command once, and the next command has the channel again.
+func TestChannelAfterStopIsNotMarkedUnavailable(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		e.skipOnKube("stop deletes the Pod")
+		ctx := context.Background()
+		sb := e.channelManager().Sandbox(e.key("stopped-open"), e.spec())
+		t.Cleanup(func() { _ = sb.Close(ctx) })
+		res, err := sb.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.rt.Stop(ctx, res.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"echo", "once"}, Stdout: &out}); err != nil || code != 0 || out.String() != "once\n" {
+			t.Fatalf("exec on the stopped sandbox: %d %q %v", code, out.String(), err)
+		}
+		if got := sb.ChannelStatus(res.ID); strings.HasPrefix(got, "unavailable") {
+			t.Fatalf("channel %q: a stopped sandbox was taken for one the agent cannot run in", got)
+		}
+		out.Reset()
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"echo", "again"}, Stdout: &out}); err != nil || code != 0 || out.String() != "again\n" {
+			t.Fatalf("second exec: %d %q %v", code, out.String(), err)
+		}
+		if got := sb.ChannelStatus(res.ID); got != "up" {
+			t.Fatalf("channel %q after the sandbox was started again, want up", got)
+		}
+	})
+}

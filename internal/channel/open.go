@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -100,7 +101,7 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 	if err == nil {
 		return conn, nil
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || passing(err) {
 		return nil, err
 	}
 	a.Log.Debug("agent not running; installing it", "path", path, "error", err)
@@ -109,9 +110,24 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 	}
 	conn, err = start(ctx, a, path)
 	if err != nil {
+		if passing(err) {
+			return nil, err
+		}
 		return nil, &UnavailableError{Reason: err.Error()}
 	}
 	return conn, nil
+}
+
+// passing says err is about the sandbox's state or the engine right now
+// (stopped, gone, paused, unreachable, slow), not about whether the agent
+// can run in it: no verdict is recorded, and the next command tries again.
+func passing(err error) bool {
+	for _, e := range []error{runtime.ErrNotRunning, runtime.ErrNotFound, runtime.ErrPaused, runtime.ErrTimeout, runtime.ErrUnreachable} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // install copies the binary to path in the container, mode 0755, owned
@@ -141,6 +157,9 @@ func install(ctx context.Context, a Agent, path string) error {
 	}()
 	if err := a.Runtime.CopyIn(ctx, a.ID, "/", pr); err != nil {
 		pr.CloseWithError(err)
+		if passing(err) {
+			return fmt.Errorf("copying the agent into the sandbox: %w", err)
+		}
 		return &UnavailableError{Reason: fmt.Sprintf("copying the agent into the sandbox: %v", err)}
 	}
 	return nil
