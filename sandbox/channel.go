@@ -110,6 +110,11 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 		return 0, nil, false
 	case errors.As(err, &be):
 		s.dropChannel(target)
+		// Say why when the engine knows: a down or stop under the command.
+		if cur, ierr := s.inspectOwn(context.WithoutCancel(ctx), target); ierr == nil && (cur == nil || cur.State != runtime.StateRunning) {
+			return -1, fmt.Errorf("%w: sandbox %s was stopped or removed while the command ran (by down, stop or another process); the command was killed and may have run part-way: %v",
+				runtime.ErrEngine, s.name, be), true
+		}
 		return -1, fmt.Errorf("%w: %v", runtime.ErrEngine, be), true
 	case err != nil:
 		return -1, err, true

@@ -114,6 +114,7 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 	}
 	target := s.warmTarget()
 	var known *runtime.Container // inspected, this sandbox, not running
+	lost := ""                   // the verified container the engine says is gone
 	for attempt := 0; ; attempt++ {
 		if target == "" {
 			res, err := s.ensureFrom(ctx, known)
@@ -121,6 +122,12 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 				return -1, err
 			}
 			target = res.ID
+			if lost != "" && res.Action == Created {
+				// A down (or another process) removed it: say so, never
+				// silently run in a new, empty sandbox.
+				s.m.c.Warn(fmt.Sprintf("sandbox %s (%.12s) was removed (by down or another process); the command runs in a new sandbox, %.12s",
+					s.name, lost, res.ID))
+			}
 		}
 		if s.usesChannel(c) {
 			if code, err, ok := s.execChannel(ctx, target, c, env); ok {
@@ -131,6 +138,9 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 		code, err := s.execOnce(ctx, target, c, env)
 		if err == nil && s.usesChannel(c) {
 			s.afterPlainExec(target)
+		}
+		if err == nil && code == 137 {
+			s.sayIfGone(ctx, target)
 		}
 		if !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) && !errors.Is(err, runtime.ErrPaused) {
 			return code, err
@@ -164,8 +174,19 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 		s.m.log.Debug("sandbox not up; ensuring it", "id", target, "error", err)
 		if cur == nil {
 			s.forget(target) // gone: look for it afresh
+			lost = target
 		}
 		known, target = cur, ""
+	}
+}
+
+// sayIfGone explains a command killed by SIGKILL (137) when its sandbox
+// was stopped or removed under it (a down, a stop): one inspect, only for
+// such commands. The status stays the command's.
+func (s *Sandbox) sayIfGone(ctx context.Context, target string) {
+	cur, err := s.inspectOwn(ctx, target)
+	if err == nil && (cur == nil || cur.State != runtime.StateRunning) {
+		s.m.c.Warn(fmt.Sprintf("sandbox %s was stopped or removed while the command ran (by down, stop or another process): the command was killed", s.name))
 	}
 }
 

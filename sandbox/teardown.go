@@ -82,6 +82,7 @@ func (s *Sandbox) Teardown(ctx context.Context) (Removed, error) {
 		s.id = ""
 		s.mu.Unlock()
 		removeMarker(s.stateDir(), s.key.Hash())
+		s.sayIfRecreated(ctx, cs)
 	}
 	if cr, ok := s.rt().(runtime.ClaimRemover); ok && s.rt().Dialect() == runtime.Kubectl {
 		claims, err := cr.RemoveClaims(ctx, runtime.Claim{Name: s.key.Name(), Labels: s.key.Labels()})
@@ -102,6 +103,21 @@ func (s *Sandbox) Teardown(ctx context.Context) (Removed, error) {
 		}
 	}
 	return r, nil
+}
+
+// sayIfRecreated looks once more after a down removed cs: an exec or up of
+// another process that started meanwhile makes a new sandbox of the key
+// (it announces that too); down says so rather than report the key gone.
+func (s *Sandbox) sayIfRecreated(ctx context.Context, removed []runtime.Container) {
+	now, err := s.containers(ctx)
+	if err != nil {
+		return
+	}
+	for _, c := range now {
+		if !slices.ContainsFunc(removed, func(r runtime.Container) bool { return r.ID == c.ID }) {
+			s.m.c.Warn(fmt.Sprintf("a new sandbox of this key, %.12s, was made while down ran (by another process's exec or up); it was left alone: run down again to remove it", c.ID))
+		}
+	}
 }
 
 // Squatter returns the container that holds the sandbox's derived name
