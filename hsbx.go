@@ -196,6 +196,7 @@ func Open(ctx context.Context, o Options) (*Client, error) {
 		Environ: o.Environ, Cwd: o.Cwd, UID: os.Getuid(), GID: os.Getgid(),
 		Warn: o.Warn, OnColdStart: c.autoSweep, PullTimeout: o.Config.PullTimeout.Value, OnPull: o.OnPull,
 	}
+	sc.CopyMaxBytes, _ = config.SizeBytes(o.Config.CopyMaxSize.Value) // validated with the configuration
 	if a := o.Config.ExecChannelAgent.Value; a != "" && o.Config.ExecChannel.Value {
 		sc.Agent = a // in-process channel; the CLI's Customize adds holders
 	}

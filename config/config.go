@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,7 +49,10 @@ type Settings struct {
 	// ExecChannelAgent is the agent binary (exec_channel_agent; "" = this
 	// hsbx, which must then be a static Linux build).
 	ExecChannelAgent Setting[string]
-	Sandbox          SandboxSettings
+	// CopyMaxSize bounds the data one `cp` out of a sandbox writes on the
+	// host (copy_max_size; env HSBX_COPY_MAX_SIZE; "0" = no bound).
+	CopyMaxSize Setting[string]
+	Sandbox     SandboxSettings
 	Reaper           ReaperSettings
 	Kubernetes       KubernetesSettings
 }
@@ -98,6 +102,27 @@ type ReaperSettings struct {
 
 // Defaults are the settings before any file, environment or flag: the one
 // place defaults live (the sandbox's come from sandbox.DefaultSpec).
+//
+// DefaultCopyMaxSize bounds a copy out of a sandbox (copy_max_size).
+const DefaultCopyMaxSize = "10g"
+
+// SizeBytes reads a size like 512m, 10g or 1024 (bytes; b, k, m, g, t in
+// either case) as bytes; "0" means no bound.
+func SizeBytes(s string) (int64, error) {
+	digits := strings.TrimRight(s, "bkmgtBKMGT")
+	if len(s)-len(digits) > 1 || digits == "" {
+		return 0, fmt.Errorf("%q: want a size like 512m or 10g (0 = no bound)", s)
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q: want a size like 512m or 10g (0 = no bound)", s)
+	}
+	shift := map[string]uint{"": 0, "b": 0, "k": 10, "m": 20, "g": 30, "t": 40}[strings.ToLower(s[len(digits):])]
+	if n > (1<<63-1)>>shift {
+		return 0, fmt.Errorf("%q: too large", s)
+	}
+	return n << shift, nil
+}
 func Defaults() Settings {
 	d := sandbox.DefaultSpec()
 	return Settings{
@@ -108,6 +133,7 @@ func Defaults() Settings {
 		KnownPaths:    Setting[[]string]{detect.KnownPaths(), "default"},
 		ExecChannel:   Setting[bool]{true, "default"}, ExecChannelIdle: Setting[time.Duration]{10 * time.Minute, "default"},
 		ExecChannelAgent: Setting[string]{"", "default"},
+		CopyMaxSize:      Setting[string]{DefaultCopyMaxSize, "default"},
 		Sandbox: SandboxSettings{
 			Image: Setting[string]{d.Image, "default"}, Cwd: Setting[string]{d.Cwd, "default"},
 			Volumes: Setting[[]string]{[]string{}, "default"}, Env: Setting[map[string]string]{map[string]string{}, "default"},
@@ -154,6 +180,7 @@ func (s *Settings) fields() []field {
 		{key: "exec_channel", env: []string{"HSBX_EXEC_CHANNEL"}, ptr: &s.ExecChannel},
 		{key: "exec_channel_idle", env: []string{"HSBX_EXEC_CHANNEL_IDLE"}, ptr: &s.ExecChannelIdle},
 		{key: "exec_channel_agent", env: []string{"HSBX_EXEC_CHANNEL_AGENT"}, ptr: &s.ExecChannelAgent},
+		{key: "copy_max_size", env: []string{"HSBX_COPY_MAX_SIZE"}, ptr: &s.CopyMaxSize},
 		{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, flag: "--image", ptr: &sb.Image},
 		{key: "sandbox.cwd", env: []string{"TERMINAL_CWD"}, ptr: &sb.Cwd},
 		{key: "sandbox.volumes", env: []string{"TERMINAL_DOCKER_VOLUMES"}, ptr: &sb.Volumes},
@@ -486,6 +513,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PullTimeout.Value <= 0 {
 		return &Error{Source: c.PullTimeout.Source, Key: "pull_timeout", Msg: "want a duration > 0"}
+	}
+	if _, err := SizeBytes(c.CopyMaxSize.Value); err != nil {
+		return &Error{Source: c.CopyMaxSize.Source, Key: "copy_max_size", Msg: err.Error()}
 	}
 	if c.ExecChannelIdle.Value <= 0 {
 		return &Error{Source: c.ExecChannelIdle.Source, Key: "exec_channel_idle", Msg: "want a duration > 0"}

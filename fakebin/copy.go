@@ -71,7 +71,16 @@ func (f *fake) cp(args []string) int {
 			return f.noSuchPath(srcPath, ref)
 		}
 		tw := tar.NewWriter(f.stdout)
-		if err := tarTree(tw, src, path.Base(path.Clean("/"+srcPath))); err != nil {
+		name := path.Base(path.Clean("/" + srcPath))
+		if strings.HasSuffix(srcPath, "/.") {
+			// Contents: docker names them "./x" (with a "./" entry),
+			// podman "x" (measured on docker 20.10 and podman 4.3).
+			name = "."
+			if f.dialect == "podman" {
+				name = ""
+			}
+		}
+		if err := tarTree(tw, src, name); err != nil {
 			return f.fail(err)
 		}
 		if err := tw.Close(); err != nil {
@@ -207,6 +216,14 @@ func (f *fake) copyTree(src, dst string, dstDir bool, shown string) int {
 			return os.MkdirAll(to, info.Mode().Perm()|0o700)
 		case info.Mode().IsRegular():
 			return copyFile(p, to, info.Mode().Perm())
+		case info.Mode()&os.ModeSymlink != 0:
+			// docker cp keeps a link as it is, wherever it points.
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			_ = os.Remove(to)
+			return os.Symlink(link, to)
 		}
 		return nil
 	})
@@ -244,12 +261,31 @@ func tarTree(tw *tar.Writer, src, name string) error {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
-		h, err := tar.FileInfoHeader(info, "")
+		link := ""
+		if info.Mode()&os.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		h, err := tar.FileInfoHeader(info, link)
 		if err != nil {
 			return err
 		}
-		h.Name = path.Join(name, filepath.ToSlash(rel))
-		if d.IsDir() {
+		switch name {
+		case ".":
+			h.Name = "./" + filepath.ToSlash(rel)
+			if rel == "." {
+				h.Name = "./"
+			}
+		case "":
+			if rel == "." {
+				return nil // podman sends no entry for the directory itself
+			}
+			h.Name = filepath.ToSlash(rel)
+		default:
+			h.Name = path.Join(name, filepath.ToSlash(rel))
+		}
+		if d.IsDir() && !strings.HasSuffix(h.Name, "/") {
 			h.Name += "/"
 		}
 		if err := tw.WriteHeader(h); err != nil {

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -44,13 +45,26 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 	})
 }
 
-// CopyOut copies file or directory src of the sandbox to host path dst.
+// CopyOut copies file or directory src of the sandbox to host path dst,
+// with docker cp's placement and hsbx's own rules for what the sandbox
+// may put on the host (internal/hostcopy): nothing outside dst, symbolic
+// links only when they point inside what was copied (others are reported,
+// as a *LinksRefusedError, after the rest is copied), holes kept, at most
+// Config.CopyMaxBytes of data.
 func (s *Sandbox) CopyOut(ctx context.Context, src, dst string) error {
 	src = sandboxPath(src)
 	return s.copying(ctx, false, src, func(id string) error {
-		return s.rt().CopyFrom(ctx, id, src, dst)
+		stream := func(w io.Writer) error { return s.rt().CopyOut(ctx, id, src, w) }
+		return hostcopy.CopyFrom(dst, src, stream, hostcopy.Options{MaxBytes: s.m.c.CopyMaxBytes})
 	})
 }
+
+// LinksRefusedError says a CopyOut finished except entries it would not
+// make on the host: links pointing outside what was copied, devices.
+type LinksRefusedError = hostcopy.LinksRefusedError
+
+// ErrCopyTooLarge says a CopyOut would write more than CopyMaxBytes.
+var ErrCopyTooLarge = hostcopy.ErrTooLarge
 
 // CopyInArchive extracts the tar archive read from r into directory dir of
 // the sandbox (created first when there is none), as it streams.

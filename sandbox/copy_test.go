@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hsbx/hsbx/runtime"
@@ -289,4 +290,65 @@ func untar(t *testing.T, r io.Reader) ([]string, map[string]string) {
 			contents[h.Name] = string(b)
 		}
 	}
+}
+
+// The review's cp out: a sandbox's /workspace/abs -> /etc/passwd arrived
+// on the host as a link to the host's /etc/passwd, a tree with root -> /
+// arrived with that link, and podman kept nested escaping links. Now no
+// link that points outside what was copied is made on the host; the rest
+// arrives, the refused ones are named, and a sparse file stays sparse.
+func TestCopyOutKeepsLinksInside(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if e.tg.Fake {
+			t.Skip("the fakes' shell cannot make links or sparse files in a sandbox")
+		}
+		ctx := context.Background()
+		sb := e.manager().Sandbox(e.key("cp-links"), e.spec())
+		t.Cleanup(func() { _ = sb.Close(ctx) })
+		if _, err := sb.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		script := `set -e; mkdir -p /cptest/w/sub/deep; cd /cptest/w; echo hi > f
+ln -s /etc/passwd abs; ln -s / root; ln -s ../../.. sub/deep/up; ln -s ../f sub/rel; ln f hard
+dd if=/dev/zero of=sparse bs=1 count=0 seek=67108864 2>/dev/null`
+		var errb bytes.Buffer
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script}, Stderr: &errb}); err != nil || code != 0 {
+			t.Fatalf("making the tree: %d %v %s", code, err, errb.String())
+		}
+		for _, src := range []string{"/cptest/w", "/cptest/w/."} {
+			dst := filepath.Join(e.hostDir("cp-links-out"), fmt.Sprint(len(src)))
+			err := sb.CopyOut(ctx, src, dst)
+			var le *sandbox.LinksRefusedError
+			if !errors.As(err, &le) || len(le.Refused) != 3 {
+				t.Fatalf("%s: want 3 links refused, got %v", src, err)
+			}
+			for _, w := range []string{"abs -> /etc/passwd", "root -> /", "up -> ../../.."} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: %q not named in %v", src, w, err)
+				}
+			}
+			_ = filepath.WalkDir(dst, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.Type()&os.ModeSymlink != 0 {
+					real, rerr := filepath.EvalSymlinks(p)
+					if rerr == nil && !strings.HasPrefix(real, dst+"/") {
+						t.Errorf("%s: %s resolves to %s on the host", src, p, real)
+					}
+				}
+				return nil
+			})
+			if b, err := os.ReadFile(filepath.Join(dst, "sub", "rel")); err != nil || string(b) != "hi\n" {
+				t.Errorf("%s: the inside link: %q %v", src, b, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(dst, "hard")); err != nil || string(b) != "hi\n" {
+				t.Errorf("%s: the hard link: %q %v", src, b, err)
+			}
+			fi, err := os.Stat(filepath.Join(dst, "sparse"))
+			if err != nil || fi.Size() != 64<<20 {
+				t.Fatalf("%s: sparse file: %v %v", src, fi, err)
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 > 1<<20 {
+				t.Errorf("%s: a 64 MiB hole took %d bytes of the host's disk", src, st.Blocks*512)
+			}
+		}
+	})
 }

@@ -69,6 +69,9 @@ type Config struct {
 	// each Sandbox holds its own channel until Close.
 	HolderDir   string
 	StartHolder func(HolderSpec)
+	// CopyMaxBytes bounds the data one CopyOut writes on the host (0: no
+	// bound; the CLI's copy_max_size).
+	CopyMaxBytes int64
 }
 
 // DefaultStateDir is the hsbx command's state directory in environment

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -538,9 +539,11 @@ func (e *Engine) CopyTo(ctx context.Context, id, src, dst string) error {
 	return e.copy(ctx, []string{"--", src, id + ":" + dst}, nil, nil)
 }
 
-// CopyFrom implements runtime.Runtime.
+// CopyFrom implements runtime.Runtime: the archive of `cp ID:SRC -`,
+// placed on the host by internal/hostcopy, not by the engine's cp (which
+// would plant the sandbox's links to the host's files as they are).
 func (e *Engine) CopyFrom(ctx context.Context, id, src, dst string) error {
-	return e.copy(ctx, []string{"--", id + ":" + src, dst}, nil, nil)
+	return hostcopy.CopyFrom(dst, src, func(w io.Writer) error { return e.CopyOut(ctx, id, src, w) }, hostcopy.Options{})
 }
 
 func (e *Engine) copy(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {

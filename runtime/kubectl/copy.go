@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -101,132 +102,9 @@ func writeTar(w io.Writer, root, name string) error {
 	return tw.Close()
 }
 
-// CopyFrom implements runtime.Runtime: `tar -c` in the Pod, extracted on
-// the host with docker cp's rules (into DST when it is a directory, as DST
-// otherwise, SRC's contents when SRC ends in "/."). Extraction never
-// writes outside DST: absolute names, ".." and paths through a symlink are
-// refused.
+// CopyFrom implements runtime.Runtime: `tar -c` in the Pod (CopyOut),
+// placed on the host by internal/hostcopy (docker cp's rules; nothing
+// outside DST, links only inside what was copied).
 func (r *Runtime) CopyFrom(ctx context.Context, id, src, dst string) error {
-	contents := strings.HasSuffix(src, "/.")
-	dir, base := splitPath(path.Clean(src))
-	target, strip := dst, ""
-	switch st, err := os.Stat(dst); {
-	case contents:
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			return err
-		}
-		strip = base
-	case err == nil && st.IsDir():
-		target = dst // the entry lands in it under its own name
-	default:
-		if _, err := os.Stat(filepath.Dir(dst)); err != nil {
-			return fmt.Errorf("%w: %v", runtime.ErrNoSuchPath, err)
-		}
-		target, strip = filepath.Dir(dst), base
-		base = filepath.Base(dst)
-	}
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := extract(pr, target, strip, base, contents)
-		_ = pr.CloseWithError(err)
-		done <- err
-	}()
-	err := r.tar(ctx, id, []string{"tar", "-c", "-f", "-", "-C", dir, path.Base(path.Clean(src))}, nil, pw)
-	_ = pw.CloseWithError(err)
-	if xerr := <-done; err == nil {
-		err = xerr
-	}
-	return err
-}
-
-// extract writes the archive under root. When strip is set, the leading
-// name strip is replaced by rename (or dropped when contents).
-func extract(r io.Reader, root, strip, rename string, contents bool) error {
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if strip != "" {
-			rest, ok := strings.CutPrefix(name, strip)
-			if !ok || (rest != "" && rest[0] != '/') {
-				return fmt.Errorf("archive entry %q is outside %s", h.Name, strip)
-			}
-			if contents {
-				name = path.Clean("." + rest)
-			} else {
-				name = rename + rest
-			}
-		}
-		if name == "." && h.Typeflag == tar.TypeDir {
-			continue
-		}
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") || name == "." {
-			return fmt.Errorf("archive entry %q would be written outside %s", h.Name, root)
-		}
-		p := filepath.Join(root, filepath.FromSlash(name))
-		if err := noSymlinkBetween(root, filepath.Dir(p)); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { // an archive may leave out directories
-			return err
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return err
-			}
-			_ = os.Chmod(p, fs.FileMode(h.Mode)&fs.ModePerm|0o700)
-		case tar.TypeReg:
-			if st, err := os.Lstat(p); err == nil && !st.Mode().IsRegular() {
-				return fmt.Errorf("%s exists and is not a regular file", p)
-			}
-			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fs.FileMode(h.Mode)&fs.ModePerm)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			_ = os.Remove(p)
-			if err := os.Symlink(h.Linkname, p); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// noSymlinkBetween refuses to write under dir when a directory between
-// root and dir is a symlink (an archive could otherwise lead a file out).
-func noSymlinkBetween(root, dir string) error {
-	rel, err := filepath.Rel(root, dir)
-	if err != nil || rel == "." {
-		return err
-	}
-	p := root
-	for _, part := range strings.Split(rel, string(filepath.Separator)) {
-		p = filepath.Join(p, part)
-		st, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if st.Mode()&fs.ModeSymlink != 0 {
-			return fmt.Errorf("refusing to write through symlink %s", p)
-		}
-	}
-	return nil
+	return hostcopy.CopyFrom(dst, src, func(w io.Writer) error { return r.CopyOut(ctx, id, src, w) }, hostcopy.Options{})
 }
