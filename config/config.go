@@ -53,8 +53,8 @@ type Settings struct {
 	// host (copy_max_size; env HSBX_COPY_MAX_SIZE; "0" = no bound).
 	CopyMaxSize Setting[string]
 	Sandbox     SandboxSettings
-	Reaper           ReaperSettings
-	Kubernetes       KubernetesSettings
+	Reaper      ReaperSettings
+	Kubernetes  KubernetesSettings
 }
 
 // KubernetesSettings are the [kubernetes] table: where the kubectl runtime
