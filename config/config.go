@@ -100,9 +100,6 @@ type ReaperSettings struct {
 	IdleAfter    Setting[time.Duration]
 }
 
-// Defaults are the settings before any file, environment or flag: the one
-// place defaults live (the sandbox's come from sandbox.DefaultSpec).
-//
 // DefaultCopyMaxSize bounds a copy out of a sandbox (copy_max_size).
 const DefaultCopyMaxSize = "10g"
 
@@ -123,6 +120,9 @@ func SizeBytes(s string) (int64, error) {
 	}
 	return n << shift, nil
 }
+
+// Defaults are the settings before any file, environment or flag: the one
+// place defaults live (the sandbox's come from sandbox.DefaultSpec).
 func Defaults() Settings {
 	d := sandbox.DefaultSpec()
 	return Settings{

@@ -329,9 +329,9 @@ dd if=/dev/zero of=sparse bs=1 count=0 seek=67108864 2>/dev/null`
 			}
 			_ = filepath.WalkDir(dst, func(p string, d os.DirEntry, err error) error {
 				if err == nil && d.Type()&os.ModeSymlink != 0 {
-					real, rerr := filepath.EvalSymlinks(p)
-					if rerr == nil && !strings.HasPrefix(real, dst+"/") {
-						t.Errorf("%s: %s resolves to %s on the host", src, p, real)
+					to, rerr := filepath.EvalSymlinks(p)
+					if rerr == nil && !strings.HasPrefix(to, dst+"/") {
+						t.Errorf("%s: %s resolves to %s on the host", src, p, to)
 					}
 				}
 				return nil

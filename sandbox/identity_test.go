@@ -181,7 +181,7 @@ type stopOnInspect struct {
 }
 
 func (r *stopOnInspect) Inspect(ctx context.Context, ids ...string) ([]runtime.Container, error) {
-	r.once.Do(func() { _ = r.Runtime.Stop(ctx, ids[0], 0) })
+	r.once.Do(func() { _ = r.Stop(ctx, ids[0], 0) })
 	return r.Runtime.Inspect(ctx, ids...)
 }
 

@@ -18,17 +18,17 @@ import (
 // resets it): they are the sandbox's, not the channel's.
 func init() {
 	if len(os.Args) == 2 && os.Args[1] == "agent" {
-		sealErr = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+		errSeal = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	}
 }
 
-// sealErr is why the agent could not make itself non-dumpable (nil:
+// errSeal is why the agent could not make itself non-dumpable (nil:
 // sealed, or not running as the agent).
-var sealErr error
+var errSeal error
 
 // Sealed reports whether this process is the agent and no other process
 // of its user can reach its descriptors or memory.
 func Sealed() bool {
 	v, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
-	return err == nil && v == 0 && sealErr == nil
+	return err == nil && v == 0 && errSeal == nil
 }

@@ -28,8 +28,3 @@ func checkPeer(c *net.UnixConn) error {
 	}
 	return nil
 }
-
-func ownedBySelf(fi os.FileInfo) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && int(st.Uid) == os.Getuid()
-}

@@ -288,16 +288,6 @@ func (a *App) warnChannelOff(err error) {
 	a.Log.Debug("exec channel off: no usable socket directory", "error", err)
 }
 
-func withoutVar(env []string, name string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // channelVerdict says whether the exec channel can work here (doctor).
 func (a *App) channelVerdict() string {
 	var c sandbox.Config

@@ -328,11 +328,11 @@ func (x *extractor) checkLinks() {
 		return
 	}
 	for _, l := range x.links {
-		real, err := filepath.EvalSymlinks(l)
+		to, err := filepath.EvalSymlinks(l)
 		if err != nil {
 			continue // dangling: it points at nothing on the host
 		}
-		if real != top && !strings.HasPrefix(real, top+string(filepath.Separator)) {
+		if to != top && !strings.HasPrefix(to, top+string(filepath.Separator)) {
 			_ = os.Remove(l)
 			rel, _ := filepath.Rel(x.root, l)
 			t, _ := os.Readlink(l)

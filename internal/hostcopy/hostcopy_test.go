@@ -199,8 +199,8 @@ func FuzzExtract(f *testing.F) {
 			if err != nil || d.Type()&os.ModeSymlink == 0 {
 				return nil
 			}
-			if real, err := filepath.EvalSymlinks(p); err == nil && real != realRoot && !strings.HasPrefix(real, realRoot+"/") {
-				t.Fatalf("link %s resolves outside the destination, to %s", p, real)
+			if to, err := filepath.EvalSymlinks(p); err == nil && to != realRoot && !strings.HasPrefix(to, realRoot+"/") {
+				t.Fatalf("link %s resolves outside the destination, to %s", p, to)
 			}
 			return nil
 		})
