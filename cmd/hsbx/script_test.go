@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/hsbx/hsbx/fakebin"
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/enginetest"
+	"github.com/hsbx/hsbx/internal/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -65,6 +68,12 @@ func TestScripts(t *testing.T) {
 			env.Setenv("XDG_RUNTIME_DIR", rt)
 			return os.MkdirAll(filepath.Join(env.WorkDir, "home"), 0o755)
 		},
+		Condition: func(cond string) (bool, error) {
+			if cond == "oldhsbx" {
+				return haveOldHsbx()
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"engine-calls": engineCalls,
 			"reset-calls":  resetCalls,
@@ -77,6 +86,7 @@ func TestScripts(t *testing.T) {
 			"channel-up":   channelUp,
 			"kill-holder":  killHolder,
 			"rm-sockets":   rmSockets,
+			"old-hsbx":     oldHsbxCmd,
 		},
 	})
 }
@@ -314,13 +324,17 @@ func clientGone(ts *testscript.TestScript, neg bool, args []string) {
 // channel-up: wait (up to 30 s) until an exec channel holder answers under
 // $XDG_RUNTIME_DIR/hsbx. Negated (! channel-up), wait until none does.
 func channelUp(ts *testscript.TestScript, neg bool, args []string) {
+	alive := channel.Alive
+	if len(args) == 1 && args[0] == "-any-version" {
+		alive = greets // an hsbx of another protocol's holder
+	}
 	dir := filepath.Join(ts.Getenv("XDG_RUNTIME_DIR"), "hsbx")
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		socks, _ := filepath.Glob(filepath.Join(dir, "*.sock"))
 		up := false
 		for _, s := range socks {
-			up = up || channel.Alive(s, time.Second)
+			up = up || alive(s, time.Second)
 		}
 		if up != neg {
 			return
@@ -336,6 +350,77 @@ func channelUp(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Logf("%s:\n%s", l, b)
 	}
 	ts.Fatalf("no holder answers under %s", dir)
+}
+
+// greets reports whether anything at socket sends a hello frame.
+func greets(socket string, wait time.Duration) bool {
+	nc, err := net.DialTimeout("unix", socket, wait)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(wait))
+	f, err := wire.NewReader(nc).Read()
+	return err == nil && f.Type == wire.THello
+}
+
+// old-hsbx: set OLDHSBX to hsbx as it was before the exec channel's
+// protocol became this one — the parent of the commit that set wire.Proto
+// to its value — built statically once per test process: the other side
+// of the version-skew scenarios (guarded by the [oldhsbx] condition).
+func oldHsbxCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: old-hsbx")
+	}
+	if ok, err := haveOldHsbx(); !ok {
+		ts.Fatalf("building the previous protocol's hsbx: %v (guard the script with [oldhsbx])", err)
+	}
+	ts.Setenv("OLDHSBX", oldBin)
+}
+
+// haveOldHsbx is the [oldhsbx] condition: the previous protocol's hsbx
+// builds here. Without the history it is false, or an error under
+// HSBX_REQUIRE_ENGINES=1 (CI must run the version-skew scenarios).
+func haveOldHsbx() (bool, error) {
+	oldOnce.Do(func() { oldBin, errOld = buildOldHsbx() })
+	if errOld != nil && os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+		return false, fmt.Errorf("building the previous protocol's hsbx: %w", errOld)
+	}
+	return errOld == nil, nil
+}
+
+var (
+	oldOnce sync.Once
+	oldBin  string
+	errOld  error
+)
+
+func buildOldHsbx() (string, error) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command("git", "-C", root, "log", "-S", fmt.Sprintf("const Proto = %d", wire.Proto), "--format=%H", "--", "internal/wire/wire.go").Output()
+	commits := strings.Fields(string(out))
+	if err != nil || len(commits) == 0 {
+		return "", fmt.Errorf("no commit sets wire.Proto to %d in the history (%v)", wire.Proto, err)
+	}
+	before := commits[len(commits)-1] + "^"
+	dir, err := os.MkdirTemp("", "hsbx-old-")
+	if err != nil {
+		return "", err
+	}
+	if out, err := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root, before, dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git archive %s: %v: %s", before, err, out)
+	}
+	bin := filepath.Join(dir, "hsbx")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/hsbx")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %v: %s", before, err, out)
+	}
+	return bin, nil
 }
 
 // kill-holder SIGNAL: send SIGNAL (a number) to every exec channel holder
@@ -357,7 +442,13 @@ func killHolder(ts *testscript.TestScript, neg bool, args []string) {
 			continue
 		}
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if !slices.Contains(strings.Split(string(b), "\x00"), "hold") {
+		argv := strings.Split(string(b), "\x00")
+		if !slices.Contains(argv, "hold") {
+			continue
+		}
+		if i := slices.Index(argv, "--socket"); i >= 0 && i+1 < len(argv) && strings.HasPrefix(argv[i+1], dir+"/") {
+			ts.Check(syscall.Kill(pid, syscall.Signal(sig))) // an older hsbx's holder
+			killed = append(killed, pid)
 			continue
 		}
 		// A holder's spec is in its environment (HSBX_HOLD), not its argv.

@@ -334,7 +334,8 @@ func Shutdown(ctx context.Context, socket string) {
 	_, _ = r.Read() // wait for the holder to hang up
 }
 
-// Alive reports whether a holder answers at socket with its channel up.
+// Alive reports whether a holder of this protocol answers at socket with
+// its channel up (another version's holder serves nobody of this one).
 func Alive(socket string, wait time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -346,7 +347,7 @@ func Alive(socket string, wait time.Duration) bool {
 	_ = nc.SetDeadline(time.Now().Add(wait))
 	f, err := wire.NewReader(nc).Read()
 	var h wire.Hello
-	return err == nil && f.Type == wire.THello && wire.Decode(f, &h) == nil && !h.Down
+	return err == nil && f.Type == wire.THello && wire.Decode(f, &h) == nil && !h.Down && h.Proto == wire.Proto
 }
 
 // unavailableFor is how long a holder's verdict that the agent cannot run
