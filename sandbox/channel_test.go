@@ -26,6 +26,26 @@ func (e *env) channelManager() *sandbox.Manager {
 	})
 }
 
+// channelUp is a sandbox of task with its in-process channel up (one
+// command has gone through it), closed when the test ends.
+func (e *env) channelUp(task string) (*sandbox.Sandbox, sandbox.Result) {
+	e.t.Helper()
+	ctx := context.Background()
+	sb := e.channelManager().Sandbox(e.key(task), e.spec())
+	e.t.Cleanup(func() { _ = sb.Close(ctx) })
+	res, err := sb.Ensure(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil {
+		e.t.Fatal(err)
+	}
+	if got := sb.ChannelStatus(res.ID); got != "up" {
+		e.t.Fatalf("channel %q, want up", got)
+	}
+	return sb, res
+}
+
 // Every exec behaviour, on both paths, on every engine: the channel must
 // be indistinguishable from the plain exec but for its speed.
 func TestExecSemanticsBothPaths(t *testing.T) {
@@ -185,18 +205,7 @@ func TestChannelFramesCannotBeForgedFromTheSandbox(t *testing.T) {
 			t.Skip("the fakes run the agent on the host, as root, whom no agent can keep out")
 		}
 		ctx := context.Background()
-		sb := e.channelManager().Sandbox(e.key("forge"), e.spec())
-		t.Cleanup(func() { _ = sb.Close(ctx) })
-		res, err := sb.Ensure(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil {
-			t.Fatal(err)
-		}
-		if got := sb.ChannelStatus(res.ID); got != "up" {
-			t.Fatalf("channel %q, want up", got)
-		}
+		sb, res := e.channelUp("forge")
 		type result struct {
 			code int
 			out  string
@@ -244,18 +253,7 @@ func TestChannelPausedSandboxRunsOnce(t *testing.T) {
 		}
 		e.skipOnKube("a Pod cannot be paused")
 		ctx := context.Background()
-		sb := e.channelManager().Sandbox(e.key("paused"), e.spec())
-		t.Cleanup(func() { _ = sb.Close(ctx) })
-		res, err := sb.Ensure(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil {
-			t.Fatal(err)
-		}
-		if got := sb.ChannelStatus(res.ID); got != "up" {
-			t.Fatalf("channel %q, want up", got)
-		}
+		sb, res := e.channelUp("paused")
 		cmd := exec.Command(e.tg.Bin, "pause", res.ID)
 		cmd.Env = e.tg.Env
 		if out, err := cmd.CombinedOutput(); err != nil {
