@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hsbx/hsbx/internal/enginetest"
 )
 
 // squat makes dir (mode perm) belong to uid 1001, as another user who
@@ -27,40 +29,50 @@ func squat(t *testing.T, dir string, perm os.FileMode) {
 // The review's critical finding: with XDG_RUNTIME_DIR unset, another user
 // makes $TMPDIR/hsbx-0 first and swaps hsbx/ inside it. hsbx must not
 // use it: the channel is off with one warning naming the directory, the
-// command runs the plain way, and nothing of root's lands in it.
+// command runs the plain way, and nothing of root's lands in it — on
+// every engine.
 func TestChannelRefusesSquattedSocketBase(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to give a directory to another user")
 	}
-	dir := t.TempDir()
-	tmp := filepath.Join(dir, "tmp")
-	if err := os.Mkdir(tmp, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
-		t.Fatal(err)
-	}
-	base := filepath.Join(tmp, "hsbx-0")
-	squat(t, base, 0o777)
-	squat(t, filepath.Join(base, "hsbx"), 0o777)
-	environ := []string{"PATH=" + os.Getenv("PATH"), "FAKEENGINE_DIR=" + filepath.Join(dir, "engine"), "HOME=" + dir,
-		"HSBX_RUNTIME=docker", "XDG_CONFIG_HOME=" + dir, "XDG_CACHE_HOME=" + dir, "XDG_STATE_HOME=" + dir,
-		"TMPDIR=" + tmp, "HSBX_EXEC_CHANNEL=true", "HSBX_HOLDER_ENV=FAKEENGINE_*"}
-	for i := range 2 {
-		var out, errb bytes.Buffer
-		code := Main(context.Background(), Env{Args: []string{"exec", "--", "echo", "hi"}, Environ: environ, Stdout: &out, Stderr: &errb})
-		if code != 0 || out.String() != "hi\n" {
-			t.Fatalf("run %d: exit %d, stdout %q, stderr %s", i, code, out.String(), errb.String())
-		}
-		msg := errb.String()
-		if !strings.Contains(msg, "exec channel is off") || !strings.Contains(msg, base+" belongs to uid 1001") ||
-			strings.Count(msg, "warning") != 1 {
-			t.Fatalf("run %d: want one warning naming %s, got %q", i, base, msg)
-		}
-	}
-	ents, _ := os.ReadDir(filepath.Join(base, "hsbx"))
-	if len(ents) != 0 {
-		t.Fatalf("hsbx put %d file(s) in another user's directory: %v", len(ents), ents[0].Name())
+	for _, tg := range cliTargets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			dir := t.TempDir()
+			tmp := filepath.Join(dir, "tmp")
+			if err := os.Mkdir(tmp, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
+				t.Fatal(err)
+			}
+			base := filepath.Join(tmp, "hsbx-0")
+			squat(t, base, 0o777)
+			squat(t, filepath.Join(base, "hsbx"), 0o777)
+			var environ []string
+			for _, kv := range tg.environ {
+				if !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") && !strings.HasPrefix(kv, "TMPDIR=") {
+					environ = append(environ, kv)
+				}
+			}
+			environ = append(environ, "TMPDIR="+tmp, "HSBX_EXEC_CHANNEL=true", "HSBX_HOLDER_ENV=FAKEENGINE_*",
+				"HSBX_EXEC_CHANNEL_AGENT="+enginetest.AgentBinary(t))
+			task := "squat-" + filepath.Base(dir)
+			t.Cleanup(func() { runMain(t, environ, "down", "--task", task) })
+			for i := range 2 {
+				code, out, msg := runMain(t, environ, "exec", "--task", task, "--", "echo", "hi")
+				if code != 0 || out != "hi\n" {
+					t.Fatalf("run %d: exit %d, stdout %q, stderr %s", i, code, out, msg)
+				}
+				if !strings.Contains(msg, "exec channel is off") || !strings.Contains(msg, base+" belongs to uid 1001") ||
+					strings.Count(msg, "hsbx: warning: the exec channel") != 1 {
+					t.Fatalf("run %d: want one warning naming %s, got %q", i, base, msg)
+				}
+			}
+			ents, _ := os.ReadDir(filepath.Join(base, "hsbx"))
+			if len(ents) != 0 {
+				t.Fatalf("hsbx put %d file(s) in another user's directory: %v", len(ents), ents[0].Name())
+			}
+		})
 	}
 }
 
