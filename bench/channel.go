@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -171,24 +172,19 @@ func bigOutput(ctx context.Context, e *engine, id string) row {
 		h, b, 1.0, "")
 }
 
-// holderOf finds the holder serving container id: its pid and socket.
+// holderOf finds the holder serving container id: its pid and socket
+// (from its spec, HSBX_HOLD in its environment; its argv carries none).
 func holderOf(id string) (int, string) {
 	for _, pid := range pids() {
-		args := cmdline(pid)
-		if len(args) < 2 || !strings.Contains(strings.Join(args, " "), " hold ") {
+		if !slices.Contains(cmdline(pid), "hold") {
 			continue
 		}
-		var sock, cid string
-		for i := 0; i+1 < len(args); i++ {
-			switch args[i] {
-			case "--socket":
-				sock = args[i+1]
-			case "--id":
-				cid = args[i+1]
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		for _, kv := range strings.Split(string(env), "\x00") {
+			var spec struct{ Dir, Name, ID string }
+			if v, ok := strings.CutPrefix(kv, "HSBX_HOLD="); ok && json.Unmarshal([]byte(v), &spec) == nil && spec.ID == id {
+				return pid, filepath.Join(spec.Dir, spec.Name)
 			}
-		}
-		if cid == id && sock != "" {
-			return pid, sock
 		}
 	}
 	fail("no holder runs for %s", id)
