@@ -37,7 +37,16 @@ func TestChannelRefusesSquattedSocketBase(t *testing.T) {
 	}
 	for _, tg := range cliTargets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			dir := t.TempDir()
+			// TMPDIR is the engine client's too: the rootless engine's
+			// user must reach it (t.TempDir is root's alone).
+			dir, err := os.MkdirTemp("", "hsbx-squat-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
 			tmp := filepath.Join(dir, "tmp")
 			if err := os.Mkdir(tmp, 0o777); err != nil {
 				t.Fatal(err)
