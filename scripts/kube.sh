@@ -330,26 +330,34 @@ EOF
 provisioner() {
   local vols=$dir/volumes
   mkdir -p "$vols"
-  while :; do
-    kubectl get persistentvolumeclaims -A --watch -o \
-      'jsonpath={.status.phase} {.spec.storageClassName} {.metadata.namespace} {.metadata.name} {.metadata.uid} {.spec.resources.requests.storage}{"\n"}' || true
-    sleep 1
-  done | while read -r phase cls ns name uid size; do
-    [ "$phase" = Pending ] && [ "$cls" = "$class" ] || continue
-    kubectl get persistentvolume "pvc-$uid" >/dev/null 2>&1 && continue
-    mkdir -p "$vols/pvc-$uid"
-    kubectl create -f - >/dev/null <<EOF || true
-{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-$uid","annotations":{"pv.kubernetes.io/provisioned-by":"hsbx.dev/hostpath"}},
- "spec":{"capacity":{"storage":"$size"},"accessModes":["ReadWriteOnce"],"persistentVolumeReclaimPolicy":"Delete","storageClassName":"$class",
- "claimRef":{"namespace":"$ns","name":"$name","uid":"$uid"},"hostPath":{"path":"$vols/pvc-$uid","type":"DirectoryOrCreate"}}}
-EOF
-  done &
+  local claim='{.status.phase} {.spec.storageClassName} {.metadata.namespace} {.metadata.name} {.metadata.uid} {.spec.resources.requests.storage}{"\n"}'
+  # Claims come from a watch and, every 5 s, from a plain list too: a watch
+  # can miss one (seen once in CI: a claim stayed Pending for 4 minutes).
+  { while :; do kubectl get persistentvolumeclaims -A --watch -o "jsonpath=$claim" || true; sleep 1; done; } | bind &
+  { while :; do kubectl get persistentvolumeclaims -A -o "jsonpath={range .items[*]}$claim{end}" || true; sleep 5; done; } | bind &
   while :; do
     kubectl get persistentvolumes --watch -o 'jsonpath={.status.phase} {.spec.storageClassName} {.metadata.name}{"\n"}' || true
     sleep 1
   done | while read -r phase cls pv; do
     [ "$phase" = Released ] && [ "$cls" = "$class" ] || continue
-    kubectl delete persistentvolume "$pv" --wait=false >/dev/null 2>&1 && rm -rf "${vols:?}/$pv"
+    kubectl delete persistentvolume "$pv" --wait=false >/dev/null 2>&1 && rm -rf "${vols:?}/$pv" && echo "provisioner: deleted $pv"
+  done
+}
+
+# bind gives each Pending claim of the class (lines: phase class namespace
+# name uid size) a volume bound to it, once (a second create of the same
+# volume fails harmlessly).
+bind() {
+  local phase cls ns name uid size vols=$dir/volumes
+  while read -r phase cls ns name uid size; do
+    [ "$phase" = Pending ] && [ "$cls" = "$class" ] || continue
+    kubectl get persistentvolume "pvc-$uid" >/dev/null 2>&1 && continue
+    mkdir -p "$vols/pvc-$uid"
+    if kubectl create -f - >/dev/null 2>&1 <<EOF; then echo "provisioner: pvc-$uid for $ns/$name"; fi
+{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-$uid","annotations":{"pv.kubernetes.io/provisioned-by":"hsbx.dev/hostpath"}},
+ "spec":{"capacity":{"storage":"$size"},"accessModes":["ReadWriteOnce"],"persistentVolumeReclaimPolicy":"Delete","storageClassName":"$class",
+ "claimRef":{"namespace":"$ns","name":"$name","uid":"$uid"},"hostPath":{"path":"$vols/pvc-$uid","type":"DirectoryOrCreate"}}}
+EOF
   done
 }
 
