@@ -112,7 +112,22 @@ func downUnder(t *testing.T, channel bool) {
 			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sleep", "60"}})
 			done <- res{code, err}
 		}()
-		time.Sleep(time.Second)
+		// Down only once the command runs in the sandbox (an exec can
+		// take seconds to start on a loaded machine).
+		// (The fakes list no process their agent started: a second there.)
+		probe := e.manager().Sandbox(key, e.spec())
+		for deadline := time.Now().Add(60 * time.Second); !e.tg.Fake; time.Sleep(200 * time.Millisecond) {
+			code, err := probe.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `ps | grep -q "[s]leep 60"`}})
+			if err == nil && code == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the command never started: %d %v", code, err)
+			}
+		}
+		if e.tg.Fake {
+			time.Sleep(time.Second)
+		}
 		if _, err := e.manager().Sandbox(key, e.spec()).Down(ctx); err != nil {
 			t.Fatal(err)
 		}
