@@ -1,10 +1,12 @@
 package fakebin
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,6 +199,34 @@ func alive(pid int) bool {
 
 // killExecs kills a container's exec processes (those whose token matches,
 // or all when token is ""), returning how many it killed.
+// killMarkedProcs kills the host processes whose environment holds
+// HSBX_EXEC_ID=token, as the real kill script does in a sandbox: what an
+// agent in a fake sandbox runs is a real process of the host. The token
+// is random, so no other sandbox's process carries it. skip: the exec
+// processes killExecs dealt with.
+func killMarkedProcs(token string, skip map[int]bool) int {
+	if token == "" {
+		return 0
+	}
+	want := []byte("HSBX_EXEC_ID=" + token)
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || skip[pid] {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !slices.ContainsFunc(bytes.Split(env, []byte{0}), func(v []byte) bool { return bytes.Equal(v, want) }) {
+			continue
+		}
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}
+
 func killExecs(c *Container, token string) int {
 	n := 0
 	for key, e := range c.Execs {

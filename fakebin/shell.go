@@ -303,12 +303,17 @@ func (s *miniShell) killByMarker(args []string) int {
 		return 1
 	}
 	token, n := args[1], 0
+	seen := map[int]bool{}
 	_ = s.f.st.update(func(st *State) error {
 		if c := st.find(s.c.ID); c != nil {
+			for _, e := range c.Execs {
+				seen[e.Pid] = true
+			}
 			n = killExecs(c, token)
 		}
 		return nil
 	})
+	n += killMarkedProcs(token, seen)
 	fmt.Fprintln(s.stdout, n)
 	return 0
 }

@@ -110,18 +110,51 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 		return 0, nil, false
 	case errors.As(err, &be):
 		s.dropChannel(target)
-		// Say why when the engine knows: a down or stop under the command.
-		if cur, ierr := s.inspectOwn(context.WithoutCancel(ctx), target); ierr == nil && (cur == nil || cur.State != runtime.StateRunning) {
-			return -1, fmt.Errorf("%w: sandbox %s was stopped or removed while the command ran (by down, stop or another process); the command was killed and may have run part-way: %v",
-				runtime.ErrEngine, s.name, be), true
-		}
-		return -1, fmt.Errorf("%w: %v", runtime.ErrEngine, be), true
+		return -1, s.channelBroke(ctx, target, token, be), true
 	case err != nil:
 		return -1, err, true
 	case res.Interrupted:
 		return -1, &InterruptedError{Cause: context.Cause(execCtx), Killed: res.Killed}, true
 	}
 	return res.Code, nil, true
+}
+
+// channelBroke says what became of a command whose channel broke under
+// it, after asking the engine: the sandbox stopped or went (down, stop,
+// another process), or it runs on without the agent's stream (the engine
+// restarted under it, as docker's live-restore allows, or the engine
+// client carrying the stream was killed). Then the command may still run
+// with nobody to read it: hsbx kills it by its marker. An engine that
+// does not answer cannot be asked; the agent stops the command itself
+// once it has heard nothing from hsbx for channel.AgentDeadAfter.
+func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *channel.BrokenError) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.rt().CallTimeout()+time.Second)
+	defer cancel()
+	// A restarting engine (what broke the stream) answers again within
+	// seconds: wait for it, within one engine call's time.
+	var cur *runtime.Container
+	var ierr error
+	for until := time.Now().Add(s.rt().CallTimeout()); ; {
+		cur, ierr = s.inspectOwn(ctx, target)
+		if !errors.Is(ierr, runtime.ErrUnreachable) || time.Now().After(until) || sleepCtx(ctx, 250*time.Millisecond) != nil {
+			break
+		}
+	}
+	switch {
+	case ierr != nil:
+		return fmt.Errorf("%w: the exec channel broke while the command ran (%v) and the engine does not answer (%v); the command may still run in sandbox %s: its agent stops it within %s of losing hsbx",
+			runtime.ErrEngine, be.Err, ierr, s.name, channel.AgentDeadAfter)
+	case cur == nil || cur.State != runtime.StateRunning:
+		return fmt.Errorf("%w: sandbox %s was stopped or removed while the command ran (by down, stop or another process); the command was killed and may have run part-way: %v",
+			runtime.ErrEngine, s.name, be)
+	}
+	n, kerr := s.killMarked(ctx, target, token)
+	if kerr != nil {
+		return fmt.Errorf("%w: the exec channel broke while the command ran (%v) but sandbox %s still runs (did the engine restart?); stopping the command failed (%v): it may still run until its agent, losing hsbx, stops it within %s",
+			runtime.ErrEngine, be.Err, s.name, kerr, channel.AgentDeadAfter)
+	}
+	return fmt.Errorf("%w: the exec channel broke while the command ran (%v) but sandbox %s still runs (did the engine restart?); hsbx stopped the command (%d processes killed); it may have run part-way, and was not run again",
+		runtime.ErrEngine, be.Err, s.name, n)
 }
 
 type runFunc func(context.Context, channel.Request) (channel.Result, error)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -171,6 +172,11 @@ func TestChannelSurvivesTheAgentDying(t *testing.T) {
 		_, err = sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo ran >> " + count + "; kill -9 $PPID; sleep 5"}, Stdout: &out})
 		if err == nil {
 			t.Fatal("a command whose channel broke reported success")
+		}
+		// Its processes live on without the agent (sleep 5): hsbx, finding
+		// the sandbox running, kills them by their marker and says so.
+		if m := regexp.MustCompile(`hsbx stopped the command \((\d+) processes killed\)`).FindStringSubmatch(err.Error()); m == nil || m[1] == "0" {
+			t.Fatalf("the orphaned command was not stopped: %v", err)
 		}
 		out.Reset()
 		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "cat " + count + "; rm -f " + count}, Stdout: &out}); err != nil {

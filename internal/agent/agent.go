@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,7 +41,9 @@ func Serve(r io.Reader, w io.Writer, build string) error {
 	if err := a.w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: build}); err != nil {
 		return err
 	}
-	err := a.loop(wire.NewReader(r))
+	loopErr := make(chan error, 1)
+	go func() { loopErr <- a.loop(wire.NewReader(r)) }()
+	err := a.await(loopErr)
 	a.killAll()
 	if errors.Is(err, io.EOF) {
 		return nil
@@ -49,6 +52,11 @@ func Serve(r io.Reader, w io.Writer, build string) error {
 }
 
 type agent struct {
+	// frames counts the frames read; deadAfter is hsbx's promise from its
+	// hello (nanoseconds; 0: none).
+	frames    atomic.Uint64
+	deadAfter atomic.Int64
+
 	w       *wire.Writer
 	env     []string
 	mu      sync.Mutex
@@ -66,6 +74,40 @@ type stream struct {
 	killed int
 }
 
+// await waits for the loop to end, or for hsbx to break its promise of
+// a frame at least every deadAfter/6: then nobody is on the other end
+// (the engine lost the exec stream but kept the sandbox, as docker's
+// live-restore does on a daemon restart) and the agent ends, killing what
+// it runs. Silence is counted in ticks of this process's own clock, so a
+// paused sandbox (which stops this clock too) is not taken for a silent
+// hsbx when it resumes: the pings that waited in the pipe are read first.
+func (a *agent) await(loopErr <-chan error) error {
+	const ticks = 10
+	var seen uint64
+	quiet := 0
+	for {
+		d := time.Duration(a.deadAfter.Load())
+		step := time.Second
+		if d > 0 {
+			step = max(d/ticks, time.Millisecond)
+		}
+		t := time.NewTimer(step)
+		select {
+		case err := <-loopErr:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		if n := a.frames.Load(); n != seen || d == 0 {
+			seen, quiet = n, 0
+			continue
+		}
+		if quiet++; quiet >= ticks {
+			return fmt.Errorf("heard nothing from hsbx for %s: taking it for gone", d)
+		}
+	}
+}
+
 func (a *agent) loop(r *wire.Reader) error {
 	helloSeen := false
 	for {
@@ -73,10 +115,14 @@ func (a *agent) loop(r *wire.Reader) error {
 		if err != nil {
 			return err
 		}
+		a.frames.Add(1)
 		if !helloSeen {
 			var h wire.Hello
 			if f.Type != wire.THello || wire.Decode(f, &h) != nil || h.Proto != wire.Proto {
 				return fmt.Errorf("peer did not open with protocol %d", wire.Proto)
+			}
+			if h.DeadAfterMS > 0 {
+				a.deadAfter.Store(int64(time.Duration(h.DeadAfterMS) * time.Millisecond))
 			}
 			helloSeen = true
 			continue

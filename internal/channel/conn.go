@@ -67,6 +67,14 @@ const (
 	FrameWait   = 60 * time.Second
 )
 
+// AgentDeadAfter is how long an agent waits without a frame from hsbx
+// before it takes hsbx for gone, kills what it runs and exits (a Conn
+// pings every AgentDeadAfter/6 while it is open). It is what frees a
+// sandbox of an agent and its commands when the engine lost the exec
+// stream but kept the sandbox (docker's live-restore, a killed engine
+// client that left the stream half-open).
+const AgentDeadAfter = time.Minute
+
 // Conn is an open channel to an agent. It is safe for concurrent use.
 type Conn struct {
 	w      *wire.Writer
@@ -87,9 +95,12 @@ type Conn struct {
 	bounds
 }
 
-// bounds are a Conn's liveness bounds: QuietBefore, PingWait, FrameWait
-// (tests use less).
-type bounds struct{ quiet, pingWait, frameMax time.Duration }
+// bounds are a Conn's liveness bounds: QuietBefore, PingWait, FrameWait,
+// AgentDeadAfter (tests use less).
+type bounds struct{ quiet, pingWait, frameMax, deadAfter time.Duration }
+
+// defaultBounds are the bounds of every Conn outside tests.
+func defaultBounds() bounds { return bounds{QuietBefore, PingWait, FrameWait, AgentDeadAfter} }
 
 type cstream struct {
 	out    *wire.Queue
@@ -101,7 +112,7 @@ type cstream struct {
 // NewConn opens the protocol on r/w: it sends Hello and waits (up to
 // wait) for the peer's. closer is closed by Close.
 func NewConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration) (*Conn, error) {
-	return newConn(r, w, closer, wait, bounds{QuietBefore, PingWait, FrameWait})
+	return newConn(r, w, closer, wait, defaultBounds())
 }
 
 func newConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration, b bounds) (*Conn, error) {
@@ -122,7 +133,7 @@ func newConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration, b b
 		}
 		got <- helloRes{h, err}
 	}()
-	if err := c.w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto}); err != nil {
+	if err := c.w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, DeadAfterMS: b.deadAfter.Milliseconds()}); err != nil {
 		return nil, fmt.Errorf("opening the exec channel: %w", err)
 	}
 	select {
@@ -145,15 +156,28 @@ func newConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration, b b
 
 // watch ends the channel when the agent stops half-way through a frame
 // for longer than frameMax: the reader would wait forever, and every
-// command behind it with it.
+// command behind it with it. It also keeps the agent's deadAfter promise:
+// a ping every deadAfter/6, written aside (to an agent that reads nothing
+// a write can block) and never more than one at a time.
 func (c *Conn) watch() {
-	tick := time.NewTicker(min(c.frameMax/4+time.Millisecond, time.Second))
+	tick := time.NewTicker(min(c.frameMax/4+time.Millisecond, c.deadAfter/12+time.Millisecond, time.Second))
 	defer tick.Stop()
+	var writing atomic.Bool
+	last := time.Now()
 	for {
 		select {
 		case <-c.done:
 			return
 		case <-tick.C:
+			if c.deadAfter > 0 && time.Since(last) >= c.deadAfter/6 && !writing.Swap(true) {
+				last = time.Now()
+				go func() {
+					defer writing.Store(false)
+					if err := c.w.Write(wire.TPing, 0, make([]byte, 8)); err != nil {
+						c.fail(err)
+					}
+				}()
+			}
 			if t := c.rd.PartialSince(); !t.IsZero() && time.Since(t) > c.frameMax {
 				c.fail(fmt.Errorf("the agent began a frame and did not finish it within %s", c.frameMax))
 				if c.closer != nil {

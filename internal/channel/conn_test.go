@@ -18,7 +18,7 @@ import (
 // pair connects a Conn to an in-process agent over two pipes.
 func pair(t *testing.T) *Conn {
 	t.Helper()
-	return pairWith(t, bounds{QuietBefore, PingWait, FrameWait})
+	return pairWith(t, defaultBounds())
 }
 
 // pairWith is pair with the liveness bounds b.

@@ -3,11 +3,15 @@ package channel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -47,7 +51,7 @@ func stuckAgent(t *testing.T, b bounds, behave func(r *wire.Reader, w *wire.Writ
 func TestRunDoesNotSendToAnAgentThatDoesNotAnswer(t *testing.T) {
 	thaw := make(chan struct{})
 	got := make(chan []wire.Type, 1)
-	c := stuckAgent(t, bounds{0, 300 * time.Millisecond, FrameWait}, func(r *wire.Reader, _ *wire.Writer, _ *os.File) {
+	c := stuckAgent(t, bounds{0, 300 * time.Millisecond, FrameWait, AgentDeadAfter}, func(r *wire.Reader, _ *wire.Writer, _ *os.File) {
 		<-thaw
 		var ts []wire.Type
 		for {
@@ -88,7 +92,7 @@ func TestRunPingsOnlyAfterQuiet(t *testing.T) {
 		quiet time.Duration
 		pings uint64
 	}{{time.Hour, 0}, {0, 2}} {
-		c := pairWith(t, bounds{tt.quiet, PingWait, FrameWait})
+		c := pairWith(t, bounds{tt.quiet, PingWait, FrameWait, AgentDeadAfter})
 		for _, word := range []string{"a", "b"} {
 			if _, out, _ := run(t, c, []string{"echo", word}, nil); out != word+"\n" {
 				t.Fatalf("out %q", out)
@@ -107,7 +111,7 @@ func TestRunPingsOnlyAfterQuiet(t *testing.T) {
 // the channel: the running command fails as broken within the bound, and
 // the channel is down so a new one is opened.
 func TestCutFrameEndsTheChannel(t *testing.T) {
-	c := stuckAgent(t, bounds{QuietBefore, PingWait, 300 * time.Millisecond}, func(r *wire.Reader, _ *wire.Writer, raw *os.File) {
+	c := stuckAgent(t, bounds{QuietBefore, PingWait, 300 * time.Millisecond, AgentDeadAfter}, func(r *wire.Reader, _ *wire.Writer, raw *os.File) {
 		if _, err := r.Read(); err != nil { // the Start
 			return
 		}
@@ -131,5 +135,82 @@ func TestCutFrameEndsTheChannel(t *testing.T) {
 	case <-c.Done():
 	case <-time.After(time.Second):
 		t.Fatal("the channel is still up")
+	}
+}
+
+// An agent whose hsbx went silent (the engine lost the exec stream but
+// kept the sandbox, as docker's live-restore does on a daemon restart)
+// kills what it runs and ends, within the bound hsbx's hello set.
+func TestAgentEndsWhenHsbxGoesSilent(t *testing.T) {
+	toAgentR, toAgentW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromAgentR, fromAgentW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { toAgentW.Close(); fromAgentR.Close(); toAgentR.Close(); fromAgentW.Close() })
+	done := make(chan error, 1)
+	go func() { done <- agent.Serve(toAgentR, fromAgentW, "test") }()
+	w, r := wire.NewWriter(toAgentW), wire.NewReader(fromAgentR)
+	if f, err := r.Read(); err != nil || f.Type != wire.THello {
+		t.Fatalf("no hello: %v %v", f.Type, err)
+	}
+	_ = w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, DeadAfterMS: 300})
+	_ = w.WriteJSON(wire.TStart, 1, wire.Start{Argv: []string{"sh", "-c", "echo $$; exec sleep 30"}})
+	var pid atomic.Int64
+	go func() { // keep reading, as the engine's buffers would
+		for {
+			f, err := r.Read()
+			if err != nil {
+				return
+			}
+			var n int64
+			if f.Type == wire.TStdout && pid.Load() == 0 {
+				if _, err := fmt.Sscan(string(f.Payload), &n); err == nil {
+					pid.Store(n)
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "heard nothing from hsbx") {
+			t.Fatalf("Serve ended with %v, want the silence named", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent still runs 10s after hsbx went silent (bound 300ms)")
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Fatalf("the agent gave up after %s, before its 300ms bound", d)
+	}
+	if pid.Load() == 0 {
+		t.Fatal("the command never started")
+	}
+	p := int(pid.Load())
+	deadline := time.Now().Add(3 * time.Second)
+	for syscall.Kill(p, 0) == nil {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); strings.Contains(string(b), ") Z ") {
+			break // killed, not yet reaped by the test process
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command (pid %d) outlived its agent", p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A Conn keeps its promise: its agent, told to give up after 300ms of
+// silence, lives through idle spells and quiet commands many times that.
+func TestConnKeepsItsAgentAlive(t *testing.T) {
+	c := pairWith(t, bounds{QuietBefore, PingWait, FrameWait, 300 * time.Millisecond})
+	time.Sleep(1500 * time.Millisecond)
+	if res, _, _ := run(t, c, []string{"sleep", "1.5"}, nil); res.Code != 0 {
+		t.Fatalf("a quiet command through a kept-alive agent: %+v", res)
+	}
+	if res, out, _ := run(t, c, []string{"echo", "ok"}, nil); res.Code != 0 || out != "ok\n" {
+		t.Fatalf("after: %+v %q", res, out)
 	}
 }

@@ -13,7 +13,15 @@ import (
 	"github.com/hsbx/hsbx/internal/enginetest"
 )
 
-func TestMain(m *testing.M) { enginetest.Main(m) }
+// TestMain makes the test binary the fake engines and, for a test that
+// sets HSBX_TEST_HOLDER=1 (passed on with HSBX_HOLDER_ENV), hsbx's holder:
+// the CLI under test starts its holder as its own binary with a flag first.
+func TestMain(m *testing.M) {
+	if os.Getenv("HSBX_TEST_HOLDER") == "1" && len(os.Args) > 1 && os.Args[1] == "--log-level" {
+		os.Exit(Main(context.Background(), Env{Args: os.Args[1:], Environ: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
+	}
+	enginetest.Main(m)
+}
 
 // A signal while `hsbx exec` runs: the command's processes in the sandbox
 // are killed and hsbx exits 128+N (143 for SIGTERM, 130 for SIGINT).

@@ -83,6 +83,13 @@ type Hello struct {
 	// Down (holder → client) says the holder's channel is not usable:
 	// the client runs its command the plain way.
 	Down bool `json:"down,omitempty"`
+	// DeadAfterMS (hsbx → agent) promises a frame at least every
+	// DeadAfterMS/6 milliseconds (pings when there is nothing else): an
+	// agent that hears nothing for DeadAfterMS takes hsbx for gone — an
+	// engine restarted under a live-restore daemon leaves it running with
+	// nobody on the other end — and kills what it runs and exits. 0 (an
+	// older hsbx) promises nothing.
+	DeadAfterMS int64 `json:"dead_after_ms,omitempty"`
 }
 
 // Start asks for a process.
