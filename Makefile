@@ -8,7 +8,11 @@
 #   make demo      engines if needed, then a sandbox up / exec / ls / down
 #   make lint      go vet, golangci-lint (.golangci.yml: gofmt, "only internal/proc
 #                  imports os/exec", errname, unparam, revive, ...), go mod tidy
-#   make cross     build the CLI for linux, darwin and windows
+#   make cross     build the CLI and the Go package for linux, darwin and windows
+#                  on amd64 and arm64
+#   make agents    rebuild the exec channel agents hsbx carries (internal/agentbin;
+#                  after changing internal/agent or internal/wire: a test fails
+#                  while they are stale)
 #   make fuzz      every fuzz target for FUZZTIME each
 #   make bench     hsbx vs the raw engine CLI and the seeds' reaper on the real
 #                  engines (installs them if needed); writes BENCHMARKS.md
@@ -22,7 +26,7 @@ KUBE_DIR    ?= /tmp/hsbx-kube
 ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi; \
 	if [ -f $(KUBE_DIR)/env.sh ]; then . $(KUBE_DIR)/env.sh; fi
 
-.PHONY: build test engines kube lint tools fuzz demo bench clean cross
+.PHONY: build test engines kube lint tools fuzz demo bench clean cross agents
 
 # Static and stripped: no dynamic loader at start-up (about 3 ms a call here).
 build:
@@ -81,10 +85,17 @@ bench: build
 	  $(GO) test -run '^$$' -bench . -benchmem -benchtime 200x ./runtime/enginecli ./reaper | grep -E '^(Benchmark|cpu:)'; \
 	  echo '```'; } >> $(BENCH_OUT)
 
-# The CLI builds for every OS it is meant for (the engines run elsewhere).
+# The CLI and the Go package build for every OS and CPU they are meant for
+# (the engines run elsewhere).
 cross:
-	@for os in linux darwin windows; do echo "build $$os/amd64"; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=amd64 $(GO) build -o /dev/null ./cmd/hsbx || exit 1; done
+	@for p in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64; do echo "build $$p"; \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/hsbx || exit 1; \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build . ./sandbox ./reaper ./config || exit 1; done
+
+# The agents hsbx carries for linux/amd64 and linux/arm64: reproducible
+# with the Go release in internal/agentbin/toolchain.txt; commit them.
+agents:
+	internal/agentbin/build.sh $(GO)
 
 clean:
 	rm -rf bin

@@ -197,9 +197,9 @@ func Open(ctx context.Context, o Options) (*Client, error) {
 		Warn: o.Warn, OnColdStart: c.autoSweep, PullTimeout: o.Config.PullTimeout.Value, OnPull: o.OnPull,
 	}
 	sc.CopyMaxBytes, _ = config.SizeBytes(o.Config.CopyMaxSize.Value) // validated with the configuration
-	if a := o.Config.ExecChannelAgent.Value; a != "" && o.Config.ExecChannel.Value {
-		sc.Agent = a // in-process channel; the CLI's Customize adds holders
-	}
+	// The in-process channel, with the agent hsbx carries (or the one
+	// named); the CLI's Customize adds holders.
+	sc.Channel, sc.Agent = o.Config.ExecChannel.Value, o.Config.ExecChannelAgent.Value
 	if o.Customize != nil {
 		o.Customize(&sc)
 	}

@@ -99,7 +99,7 @@ func libraryExec(ctx context.Context, e *engine) (row, libraryTimes) {
 	spec.Image = e.image
 	key := sandbox.Key{Profile: e.profile, Task: "library"}
 	open := func(agent string) *sandbox.Sandbox {
-		return sandbox.New(sandbox.Config{Runtime: e.rt, StateDir: dir, Environ: os.Environ(), Agent: agent}).Sandbox(key, spec)
+		return sandbox.New(sandbox.Config{Runtime: e.rt, StateDir: dir, Environ: os.Environ(), Channel: true, Agent: agent}).Sandbox(key, spec)
 	}
 	ch, plain := open(*hsbxBin), open("")
 	run := func(sb *sandbox.Sandbox, want int, argv ...string) time.Duration {

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -307,13 +308,19 @@ func (f *fake) bumpCounter(name string) int {
 	return n
 }
 
+// version prints the engines' version JSON. The engine's architecture is
+// this host's (the fake's sandboxes run on it), or FAKEENGINE_ARCH.
 func (f *fake) version() int {
+	arch := f.env["FAKEENGINE_ARCH"]
+	if arch == "" {
+		arch = goruntime.GOARCH
+	}
 	if f.dialect == "podman" {
-		fmt.Fprintf(f.stdout, `{"Client":{"APIVersion":"%[1]s","Version":"%[1]s","GoVersion":"go1.19.8","GitCommit":"","BuiltTime":"Thu Jan  1 00:00:00 1970","Built":0,"OsArch":"linux/amd64","Os":"linux"}}`+"\n", PodmanVersion)
+		fmt.Fprintf(f.stdout, `{"Client":{"APIVersion":"%[1]s","Version":"%[1]s","GoVersion":"go1.19.8","GitCommit":"","BuiltTime":"Thu Jan  1 00:00:00 1970","Built":0,"OsArch":"linux/%[2]s","Os":"linux"}}`+"\n", PodmanVersion, arch)
 		return 0
 	}
-	fmt.Fprintf(f.stdout, `{"Client":{"Version":"%s","ApiVersion":"1.41","DefaultAPIVersion":"1.50","GitCommit":"e6534b4","GoVersion":"go1.24.3","Os":"linux","Arch":"amd64","Context":"default"},"Server":{"Platform":{"Name":""},"Components":[{"Name":"Engine","Version":"%s","Details":{"ApiVersion":"1.41"}}],"Version":"%s","ApiVersion":"1.41","MinAPIVersion":"1.12","Os":"linux","Arch":"amd64"}}`+"\n",
-		DockerClientVersion, DockerServerVersion, DockerServerVersion)
+	fmt.Fprintf(f.stdout, `{"Client":{"Version":"%s","ApiVersion":"1.41","DefaultAPIVersion":"1.50","GitCommit":"e6534b4","GoVersion":"go1.24.3","Os":"linux","Arch":"%s","Context":"default"},"Server":{"Platform":{"Name":""},"Components":[{"Name":"Engine","Version":"%s","Details":{"ApiVersion":"1.41"}}],"Version":"%s","ApiVersion":"1.41","MinAPIVersion":"1.12","Os":"linux","Arch":"%s"}}`+"\n",
+		DockerClientVersion, goruntime.GOARCH, DockerServerVersion, DockerServerVersion, arch)
 	return 0
 }
 

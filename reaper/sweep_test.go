@@ -125,7 +125,7 @@ func idleSweepSparesBusy(t *testing.T, otherHost, viaChannel bool) {
 			busyM := m
 			if viaChannel {
 				busyM = sandbox.New(sandbox.Config{Runtime: rt, StateDir: tg.StateDir, CacheDir: t.TempDir(), Environ: tg.Env,
-					StopGrace: 2 * time.Second, Agent: enginetest.AgentBinary(t)})
+					StopGrace: 2 * time.Second, Channel: true, Agent: enginetest.AgentBinary(t)})
 			}
 			busy := busyM.Sandbox(sandbox.Key{Profile: profile, Task: "busy"}, spec)
 			t.Cleanup(func() { idle.Down(context.Background()); busy.Down(context.Background()) })

@@ -159,6 +159,10 @@ type Image struct {
 type Version struct {
 	Client string `json:"client"`
 	Server string `json:"server"` // empty when the engine has no daemon or it is unreachable
+	// Platform is "os/arch" (GOOS/GOARCH words) of the machine that runs
+	// the sandboxes: the daemon's, local podman's own, the cluster's
+	// server's on kubectl ("" when the engine does not say).
+	Platform string `json:"platform,omitempty"`
 }
 
 // Info is what hsbx needs from `<engine> info`.

@@ -16,7 +16,7 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 )
 
-// The exec channel: with Config.Agent set, a command in a warm sandbox
+// The exec channel: with Config.Channel set, a command in a warm sandbox
 // goes to hsbx's agent over one open `exec -i` stream instead of costing
 // an engine call. In-process (the Go package) the Sandbox holds the
 // channel until Close; with Config.HolderDir (the CLI) a detached holder
@@ -45,7 +45,7 @@ type channelState struct {
 // engine's own terminal handling, and a per-process sandbox is not worth
 // a holder.
 func (s *Sandbox) usesChannel(c Command) bool {
-	if s.m.c.Agent == "" || c.TTY {
+	if !s.m.c.Channel || c.TTY {
 		return false
 	}
 	if s.m.c.HolderDir != "" && s.ephemeral {
@@ -230,7 +230,7 @@ func (s *Sandbox) closeChannel() {
 // engine call: "up" (a holder, or this handle's channel, is open), "down"
 // (none yet; the next exec starts one), "off", or "unavailable: <why>".
 func (s *Sandbox) ChannelStatus(id string) string {
-	if s.m.c.Agent != "" && s.m.c.HolderDir == "" {
+	if s.m.c.Channel && s.m.c.HolderDir == "" {
 		s.ch.mu.Lock()
 		defer s.ch.mu.Unlock()
 		switch {
@@ -246,7 +246,7 @@ func (s *Sandbox) ChannelStatus(id string) string {
 
 // holderStatus is ChannelStatus for the holders of container id.
 func (m *Manager) holderStatus(id string, users ...string) string {
-	if m.c.Agent == "" {
+	if !m.c.Channel {
 		return "off"
 	}
 	if m.c.HolderDir == "" {
@@ -269,7 +269,7 @@ func (m *Manager) holderStatus(id string, users ...string) string {
 // holder (or this handle's own channel) would end with the container
 // anyway, but not before the engine had to kill the agent.
 func (s *Sandbox) endChannel(ctx context.Context, id string) {
-	if s.m.c.Agent == "" {
+	if !s.m.c.Channel {
 		return
 	}
 	if s.m.c.HolderDir != "" {

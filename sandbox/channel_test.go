@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agentbin"
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/sandbox"
@@ -23,7 +24,7 @@ func (e *env) channelManager() *sandbox.Manager {
 	return sandbox.New(sandbox.Config{
 		Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: e.t.TempDir(),
 		Environ: e.tg.Env, UID: 0, GID: 0, StopGrace: 5 * time.Second,
-		Warn: func(string) {}, Agent: enginetest.AgentBinary(e.t),
+		Warn: func(string) {}, Channel: true, Agent: enginetest.AgentBinary(e.t),
 	})
 }
 
@@ -306,6 +307,52 @@ func TestChannelAfterStopIsNotMarkedUnavailable(t *testing.T) {
 		}
 		if got := sb.ChannelStatus(res.ID); got != "up" {
 			t.Fatalf("channel %q after the sandbox was started again, want up", got)
+		}
+	})
+}
+
+// The agent is chosen by the platform the engine reports: an arm64 engine
+// gets the arm64 agent hsbx carries, one hsbx carries none for gets the
+// plain path with the reason said — never a binary that cannot run.
+func TestChannelAgentFollowsTheEnginePlatform(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if !e.tg.Fake {
+			t.Skip("the fakes report any platform (FAKEENGINE_ARCH); the real engines are this host's, covered by every channel test")
+		}
+		for _, tc := range []struct{ arch, want string }{
+			{"arm64", "arm64"}, {"riscv64", "hsbx carries no exec channel agent for linux/riscv64"},
+		} {
+			t.Run(tc.arch, func(t *testing.T) {
+				ctx := context.Background()
+				rt := e.openWith([]string{"FAKEENGINE_ARCH=" + tc.arch})
+				m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
+					Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {}, Channel: true})
+				sb := m.Sandbox(e.key("plat-"+tc.arch), e.spec())
+				t.Cleanup(func() { _ = sb.Close(ctx) })
+				res, err := sb.Ensure(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.log.reset()
+				var out bytes.Buffer
+				if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"echo", "ran"}, Stdout: &out}); err != nil || code != 0 || out.String() != "ran\n" {
+					t.Fatalf("exec: %d %q %v", code, out.String(), err)
+				}
+				calls := strings.Join(e.log.all(), "\n")
+				if tc.want == "arm64" {
+					a, err := agentbin.For("linux/arm64")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !strings.Contains(calls, "/.hsbx-agent-"+a.Digest[:16]+" agent") {
+						t.Fatalf("the arm64 agent was not started:\n%s", calls)
+					}
+					return // whether this host runs it (binfmt) or not, the choice was right
+				}
+				if st := sb.ChannelStatus(res.ID); !strings.Contains(st, tc.want) || strings.Contains(calls, "hsbx-agent") {
+					t.Fatalf("status %q, calls:\n%s", st, calls)
+				}
+			})
 		}
 	})
 }

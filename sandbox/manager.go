@@ -58,12 +58,15 @@ type Config struct {
 	// checks once that the engine still answers (default 10s; negative:
 	// never check).
 	LivenessDelay time.Duration
-	// Agent is a static Linux build of hsbx (the CLI passes itself): when
-	// set, commands in a running sandbox go through the exec channel to
-	// hsbx's agent in it, not an engine call each (see ChannelStatus).
-	// A TTY, or a sandbox the agent cannot run in, takes the plain path.
-	Agent string
-	// HolderDir, with Agent, puts the channel in a holder process behind
+	// Channel sends commands in a running sandbox through the exec
+	// channel to hsbx's agent in it, not an engine call each (see
+	// ChannelStatus). A TTY, or a sandbox the agent cannot run in, takes
+	// the plain path. The agent is the one hsbx carries for the engine's
+	// platform (internal/agentbin), or Agent when set: a static Linux
+	// build of hsbx or cmd/hsbx-agent.
+	Channel bool
+	Agent   string
+	// HolderDir, with Channel, puts the channel in a holder process behind
 	// a unix socket in this directory (see channel.SocketDir), shared by
 	// every process; StartHolder starts one after a plain exec. Empty:
 	// each Sandbox holds its own channel until Close.

@@ -98,7 +98,7 @@ func downUnder(t *testing.T, channel bool) {
 		key := e.key("down-under")
 		var w warnings
 		m := sandbox.New(sandbox.Config{Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: e.t.TempDir(),
-			Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: w.add, Agent: agent})
+			Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: w.add, Channel: true, Agent: agent})
 		sb := m.Sandbox(key, e.spec())
 		if _, err := sb.Ensure(ctx); err != nil {
 			t.Fatal(err)

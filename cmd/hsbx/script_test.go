@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,8 +70,11 @@ func TestScripts(t *testing.T) {
 			return os.MkdirAll(filepath.Join(env.WorkDir, "home"), 0o755)
 		},
 		Condition: func(cond string) (bool, error) {
-			if cond == "oldhsbx" {
+			switch cond {
+			case "oldhsbx":
 				return haveOldHsbx()
+			case "cgo":
+				return haveCgoHsbx()
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -87,6 +91,7 @@ func TestScripts(t *testing.T) {
 			"kill-holder":  killHolder,
 			"rm-sockets":   rmSockets,
 			"old-hsbx":     oldHsbxCmd,
+			"cgo-hsbx":     cgoHsbxCmd,
 		},
 	})
 }
@@ -485,4 +490,57 @@ func rmSockets(ts *testscript.TestScript, neg bool, args []string) {
 	for _, s := range socks {
 		ts.Check(os.Remove(s))
 	}
+}
+
+// cgo-hsbx: set CGOHSBX to this tree's hsbx built as a plain `go build`
+// makes it where a C compiler is (cgo on: dynamically linked), once per
+// test process (guarded by the [cgo] condition).
+func cgoHsbxCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: cgo-hsbx")
+	}
+	if ok, err := haveCgoHsbx(); !ok {
+		ts.Fatalf("building hsbx with cgo: %v (guard the script with [cgo])", err)
+	}
+	ts.Setenv("CGOHSBX", cgoBin)
+}
+
+var (
+	cgoOnce sync.Once
+	cgoBin  string
+	errCgo  error
+)
+
+// haveCgoHsbx is the [cgo] condition: hsbx builds with cgo here (a C
+// compiler is installed). Without one it is false, or an error under
+// HSBX_REQUIRE_ENGINES=1 (CI must build the way `go install` does).
+func haveCgoHsbx() (bool, error) {
+	cgoOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hsbx-cgo-")
+		if err != nil {
+			errCgo = err
+			return
+		}
+		cgoBin = filepath.Join(dir, "hsbx")
+		build := exec.Command("go", "build", "-o", cgoBin, "./cmd/hsbx")
+		build.Dir = filepath.Join("..", "..")
+		build.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := build.CombinedOutput(); err != nil {
+			errCgo = fmt.Errorf("go build with CGO_ENABLED=1: %v: %s", err, out)
+			return
+		}
+		f, err := elf.Open(cgoBin)
+		if err != nil {
+			errCgo = err
+			return
+		}
+		defer f.Close()
+		if !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP }) {
+			errCgo = errors.New("the cgo build is not dynamically linked: the scenario would prove nothing")
+		}
+	})
+	if errCgo != nil && os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+		return false, errCgo
+	}
+	return errCgo == nil, nil
 }

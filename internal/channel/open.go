@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agentbin"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
@@ -33,7 +34,9 @@ type Agent struct {
 	Runtime runtime.Runtime
 	ID      string // the sandbox's verified container id
 	User    string // exec --user ("" = the container's)
-	// Binary is a static Linux build of hsbx (it serves `agent`).
+	// Binary, when set, is the agent to run instead of the one hsbx
+	// carries for the engine's platform (internal/agentbin): a static
+	// Linux build of hsbx or of cmd/hsbx-agent.
 	Binary string
 	Log    *slog.Logger
 }
@@ -42,30 +45,20 @@ type Agent struct {
 // binary, so a different hsbx never talks to a stale agent.
 const pathPrefix = "/.hsbx-agent-"
 
-// AgentPath is where binary lives inside a sandbox.
-func AgentPath(binary string) (string, error) {
-	f, err := os.Open(binary)
-	if err != nil {
-		return "", &UnavailableError{Reason: err.Error()}
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", &UnavailableError{Reason: err.Error()}
-	}
-	return pathPrefix + hex.EncodeToString(h.Sum(nil))[:16], nil
-}
+// agentPath is where an agent of this digest lives inside a sandbox.
+func agentPath(digest string) string { return pathPrefix + digest[:16] }
 
 // CheckBinary says whether binary can run as the agent in a Linux
-// container of this host's architecture: a static ELF executable.
-func CheckBinary(binary string) error {
+// container of platform ("linux/amd64"): a static ELF executable for it.
+func CheckBinary(binary, platform string) error {
 	f, err := elf.Open(binary)
 	if err != nil {
 		return &UnavailableError{Reason: fmt.Sprintf("%s is not a Linux executable: %v", binary, err)}
 	}
 	defer f.Close()
-	if want, ok := machines[goruntime.GOARCH]; !ok || f.Machine != want {
-		return &UnavailableError{Reason: fmt.Sprintf("%s is built for %s, not this host's %s", binary, f.Machine, goruntime.GOARCH)}
+	_, arch, _ := strings.Cut(platform, "/")
+	if want, ok := machines[arch]; !ok || f.Machine != want {
+		return &UnavailableError{Reason: fmt.Sprintf("%s is built for %s, not the engine's %s", binary, f.Machine, platform)}
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
@@ -78,25 +71,60 @@ func CheckBinary(binary string) error {
 var machines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "386": elf.EM_386,
 	"arm": elf.EM_ARM, "riscv64": elf.EM_RISCV, "ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390}
 
+// Platform is where the engine runs its sandboxes ("linux/amd64"), as
+// it reports it (one `version` call); an engine that does not say is
+// taken to be this host's architecture on Linux.
+func Platform(ctx context.Context, rt runtime.Runtime) (string, error) {
+	v, err := rt.Version(ctx)
+	if err != nil {
+		return "", err
+	}
+	if v.Platform != "" {
+		return v.Platform, nil
+	}
+	return "linux/" + goruntime.GOARCH, nil
+}
+
+// agentBytes is the agent for a's sandbox: a.Binary, checked, or the one
+// hsbx carries for the engine's platform.
+func agentBytes(ctx context.Context, a Agent) ([]byte, string, error) {
+	platform, err := Platform(ctx, a.Runtime)
+	if err != nil {
+		return nil, "", fmt.Errorf("asking the engine for its platform: %w", err)
+	}
+	if a.Binary == "" {
+		ag, err := agentbin.For(platform)
+		if err != nil {
+			return nil, "", &UnavailableError{Reason: err.Error()}
+		}
+		return ag.Bytes, ag.Digest, nil
+	}
+	if err := CheckBinary(a.Binary, platform); err != nil {
+		return nil, "", err
+	}
+	b, err := os.ReadFile(a.Binary)
+	if err != nil {
+		return nil, "", &UnavailableError{Reason: err.Error()}
+	}
+	sum := sha256.Sum256(b)
+	return b, hex.EncodeToString(sum[:]), nil
+}
+
 // Open starts the agent in the sandbox (`exec -i ID AGENT agent`) and
 // returns the channel to it. A missing agent is copied in with the
 // engine's cp (into the container's root file system, which the hardened
 // run keeps writable and exec-able) and started once more. The channel
-// outlives ctx's cancellation; Close ends it.
+// outlives ctx's cancellation; Close ends it. It works from any host: all
+// it needs is the engine client's exec stream.
 func Open(ctx context.Context, a Agent) (*Conn, error) {
 	if a.Log == nil {
 		a.Log = slog.New(slog.DiscardHandler)
 	}
-	if goruntime.GOOS != "linux" {
-		return nil, &UnavailableError{Reason: "the exec channel needs a Linux host"}
-	}
-	if err := CheckBinary(a.Binary); err != nil {
-		return nil, err
-	}
-	path, err := AgentPath(a.Binary)
+	bin, digest, err := agentBytes(ctx, a)
 	if err != nil {
 		return nil, err
 	}
+	path := agentPath(digest)
 	conn, err := start(ctx, a, path)
 	if err == nil {
 		return conn, nil
@@ -105,7 +133,7 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 		return nil, err
 	}
 	a.Log.Debug("agent not running; installing it", "path", path, "error", err)
-	if ierr := install(ctx, a, path); ierr != nil {
+	if ierr := install(ctx, a, path, bin); ierr != nil {
 		return nil, ierr
 	}
 	conn, err = start(ctx, a, path)
@@ -130,25 +158,16 @@ func passing(err error) bool {
 	return false
 }
 
-// install copies the binary to path in the container, mode 0755, owned
+// install copies the agent to path in the container, mode 0755, owned
 // by root, through `cp -` (works for rootless and remote engines alike).
-func install(ctx context.Context, a Agent, path string) error {
-	f, err := os.Open(a.Binary)
-	if err != nil {
-		return &UnavailableError{Reason: err.Error()}
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return &UnavailableError{Reason: err.Error()}
-	}
+func install(ctx context.Context, a Agent, path string, bin []byte) error {
 	pr, pw := io.Pipe()
 	go func() {
 		tw := tar.NewWriter(pw)
-		err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Size: fi.Size(),
+		err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Size: int64(len(bin)),
 			Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)})
 		if err == nil {
-			_, err = io.Copy(tw, f)
+			_, err = tw.Write(bin)
 		}
 		if err == nil {
 			err = tw.Close()

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agentbin"
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/internal/privdir"
@@ -234,11 +235,15 @@ func (a *App) socketDir() (*privdir.Dir, error) {
 	return nil, a.sockErr
 }
 
-// channelConfig turns on the exec channel for the CLI: this binary is the
-// agent, holders live in a private socket directory (socketDir), and a
-// plain exec starts one.
+// channelConfig turns on the exec channel for the CLI: the agent is the
+// one hsbx carries for the engine's platform (or exec_channel_agent),
+// holders live in a private socket directory (socketDir), and a plain
+// exec starts one (this binary, `hold`). Without a holder a CLI process
+// would pay more to open a channel than its one command saves, so on a
+// host where holders cannot run (not Linux: no peer-checked unix socket
+// yet) the CLI takes the plain path.
 func (a *App) channelConfig(c *sandbox.Config) {
-	c.Agent, c.HolderDir, c.StartHolder = "", "", nil
+	c.Channel, c.Agent, c.HolderDir, c.StartHolder = false, "", "", nil
 	if !a.Cfg.ExecChannel.Value || goruntime.GOOS != "linux" {
 		return
 	}
@@ -251,11 +256,8 @@ func (a *App) channelConfig(c *sandbox.Config) {
 		a.warnChannelOff(err)
 		return
 	}
-	agentBin := self
-	if a.Cfg.ExecChannelAgent.Value != "" {
-		agentBin = a.Cfg.ExecChannelAgent.Value
-	}
-	c.Agent, c.HolderDir = agentBin, dir.FDPath()
+	agentBin := a.Cfg.ExecChannelAgent.Value // "": the agent hsbx carries
+	c.Channel, c.Agent, c.HolderDir = true, agentBin, dir.FDPath()
 	c.StartHolder = func(h sandbox.HolderSpec) {
 		if why, ok := channel.UnavailableReason(h.Socket); ok {
 			a.Log.Debug("exec channel unavailable here; not starting a holder", "why", why)
@@ -301,10 +303,13 @@ func (a *App) channelVerdict() string {
 		return "unavailable: " + err.Error()
 	}
 	a.channelConfig(&c)
-	if c.Agent == "" {
-		return "unavailable: hsbx cannot find its own binary"
+	switch {
+	case !c.Channel:
+		return "unavailable: hsbx cannot find its own binary (it starts the holders)"
+	case c.Agent == "":
+		return fmt.Sprintf("on (the agent hsbx carries, for %s; holders in %s)", strings.Join(agentbin.Platforms(), ", "), a.sockDir.Path())
 	}
-	if err := channel.CheckBinary(c.Agent); err != nil {
+	if err := channel.CheckBinary(c.Agent, "linux/"+goruntime.GOARCH); err != nil {
 		return err.Error()
 	}
 	return fmt.Sprintf("on (agent %s; holders in %s)", c.Agent, a.sockDir.Path())

@@ -99,10 +99,15 @@ func ParseInspect(out []byte) ([]runtime.Container, error) {
 // ParseVersion parses `version --format '{{json .}}'`, the same shape on
 // docker and podman: Client.Version, and Server.Version when an engine
 // answered (Server is "" otherwise).
+//
+// Platform is the server's: docker's Server.Os and Server.Arch, podman's
+// Server.OsArch (remote) or, with no server, the client's OsArch (local
+// podman is its own engine).
 func ParseVersion(out []byte) (runtime.Version, error) {
+	type side struct{ Version, Os, Arch, OsArch string }
 	var r struct {
-		Client *struct{ Version string } `json:"Client"`
-		Server *struct{ Version string } `json:"Server"`
+		Client *side `json:"Client"`
+		Server *side `json:"Server"`
 	}
 	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
 		return runtime.Version{}, fmt.Errorf("version output is not a JSON object: %w", err)
@@ -110,11 +115,32 @@ func ParseVersion(out []byte) (runtime.Version, error) {
 	if r.Client == nil || r.Client.Version == "" {
 		return runtime.Version{}, errors.New("version output has no Client.Version")
 	}
+	platform := func(s *side) string {
+		switch {
+		case s.OsArch != "":
+			return s.OsArch
+		case s.Os != "" && s.Arch != "":
+			return s.Os + "/" + s.Arch
+		}
+		return ""
+	}
 	v := runtime.Version{Client: r.Client.Version}
 	if r.Server != nil {
-		v.Server = r.Server.Version
+		v.Server, v.Platform = r.Server.Version, platform(r.Server)
 	}
 	return v, nil
+}
+
+// ClientPlatform is the "os/arch" a version output gives for the client
+// (local podman: where its sandboxes run).
+func ClientPlatform(out []byte) string {
+	var r struct {
+		Client *struct{ OsArch string } `json:"Client"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(out), &r) != nil || r.Client == nil {
+		return ""
+	}
+	return r.Client.OsArch
 }
 
 // rawImage holds the fields hsbx reads from `image inspect` (same keys on

@@ -745,6 +745,7 @@ func (r *Runtime) Version(ctx context.Context) (runtime.Version, error) {
 		} `json:"clientVersion"`
 		Server *struct {
 			GitVersion string `json:"gitVersion"`
+			Platform   string `json:"platform"`
 		} `json:"serverVersion"`
 	}
 	if jerr := json.Unmarshal(bytes.TrimSpace(res.Stdout), &v); jerr != nil || v.Client == nil {
@@ -755,7 +756,10 @@ func (r *Runtime) Version(ctx context.Context) (runtime.Version, error) {
 	}
 	out := runtime.Version{Client: strings.TrimPrefix(v.Client.GitVersion, "v")}
 	if v.Server != nil {
-		out.Server = strings.TrimPrefix(v.Server.GitVersion, "v")
+		// The API server's platform stands for the nodes' (clusters of
+		// one architecture are the rule; a Pod on another node's gets the
+		// plain path when the agent cannot run there).
+		out.Server, out.Platform = strings.TrimPrefix(v.Server.GitVersion, "v"), v.Server.Platform
 	}
 	if err == nil && out.Server == "" {
 		err = &runtime.EngineError{Kind: runtime.ErrUnreachable, Argv: r.argv("version", "-o", "json"), Stderr: "no server version"}

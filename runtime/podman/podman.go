@@ -122,7 +122,7 @@ func (Dialect) ParseInfo(out []byte) (runtime.Info, error) {
 func (Dialect) ParseVersion(out []byte) (runtime.Version, error) {
 	v, err := enginecli.ParseVersion(out)
 	if err == nil && v.Server == "" {
-		v.Server = v.Client
+		v.Server, v.Platform = v.Client, enginecli.ClientPlatform(out)
 	}
 	return v, err
 }

@@ -1,0 +1,96 @@
+package agentbin
+
+import (
+	"bytes"
+	"compress/gzip"
+	"debug/elf"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"testing"
+)
+
+// The agents hsbx carries are what `make agents` makes from this tree:
+// rebuilt here with the same Go release and compared byte for byte, so a
+// change to the agent (or what it imports) that was not followed by
+// `make agents` fails the build.
+func TestEmbeddedAgentsAreFresh(t *testing.T) {
+	if v := goruntime.Version(); v != Toolchain() {
+		msg := "the embedded agents were built with " + Toolchain() + ", this test runs on " + v + ": they can only be compared by the same release"
+		if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+			t.Fatal(msg + " (CI must use it; or run `make agents` and commit internal/agentbin)")
+		}
+		t.Skip(msg)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("sh", "build.sh", filepath.Join(goruntime.GOROOT(), "bin", "go"), dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build.sh: %v\n%s", err, out)
+	}
+	for _, p := range Platforms() {
+		a, err := For(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(filepath.Join(dir, "agent-"+strings.ReplaceAll(p, "/", "-")+".gz"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := io.ReadAll(zr)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(fresh, a.Bytes) {
+			t.Errorf("the embedded agent for %s is stale (%d bytes; this tree builds %d): run `make agents` and commit internal/agentbin", p, len(a.Bytes), len(fresh))
+		}
+	}
+}
+
+// Each embedded agent is a static executable for its platform.
+func TestEmbeddedAgentsAreStatic(t *testing.T) {
+	want := map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64}
+	got := Platforms()
+	if len(got) != len(want) {
+		t.Fatalf("platforms %v, want %d", got, len(want))
+	}
+	for _, p := range got {
+		a, err := For(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := elf.NewFile(bytes.NewReader(a.Bytes))
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if f.Machine != want[p] || f.Type != elf.ET_EXEC {
+			t.Errorf("%s: machine %s type %s", p, f.Machine, f.Type)
+		}
+		for _, prog := range f.Progs {
+			if prog.Type == elf.PT_INTERP {
+				t.Errorf("%s is dynamically linked", p)
+			}
+		}
+		if again, _ := For(p); again != a || len(a.Digest) != 64 {
+			t.Errorf("%s: not decompressed once, or digest %q", p, a.Digest)
+		}
+	}
+}
+
+func TestNoAgentForOtherPlatforms(t *testing.T) {
+	for _, p := range []string{"", "linux", "windows/amd64", "linux/386", "linux/../amd64", "linux/amd64/x", "darwin/arm64"} {
+		_, err := For(p)
+		var ne *NoAgentError
+		if !errors.As(err, &ne) {
+			t.Errorf("For(%q): %v, want a NoAgentError", p, err)
+		}
+	}
+}
