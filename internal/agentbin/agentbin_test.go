@@ -26,8 +26,11 @@ func TestEmbeddedAgentsAreFresh(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
+	if out, err := exec.Command("go", "env", "GOVERSION").Output(); err != nil || strings.TrimSpace(string(out)) != Toolchain() {
+		t.Fatalf("the go on PATH is %q (%v), not %s that runs this test", strings.TrimSpace(string(out)), err, Toolchain())
+	}
 	dir := t.TempDir()
-	cmd := exec.Command("sh", "build.sh", filepath.Join(goruntime.GOROOT(), "bin", "go"), dir)
+	cmd := exec.Command("sh", "build.sh", "go", dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build.sh: %v\n%s", err, out)
 	}
