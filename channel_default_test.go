@@ -72,6 +72,13 @@ func TestGoPackageChannelByDefault(t *testing.T) {
 				return res.ID
 			}
 			id := up("first")
+			// Names the engine client reads travel to the agent, not to it.
+			var out strings.Builder
+			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "$PATH|$HOME"`}, Stdout: &out,
+				Env: map[string]string{"PATH": "/venv/bin:/bin:/usr/bin", "HOME": "/home/agent"}})
+			if err != nil || code != 0 || out.String() != "/venv/bin:/bin:/usr/bin|/home/agent\n" {
+				t.Fatalf("exec with PATH and HOME: %d %q %v", code, out.String(), err)
+			}
 			rt := c.Runtime()
 			// Restarted behind the program's back: same id, a new agent.
 			if err := rt.Stop(ctx, id, time.Second); err != nil {

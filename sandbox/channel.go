@@ -194,6 +194,32 @@ func (s *Sandbox) channelRunner(ctx context.Context, target string) (runFunc, bo
 	return conn.Run, true
 }
 
+// awaitHolder starts the CLI's holder for target now, not after a plain
+// exec, and waits (within a few engine calls' time) until it serves: for
+// a command only the channel can run. The Go package's own channel has
+// been tried already. It reports whether a holder serves.
+func (s *Sandbox) awaitHolder(ctx context.Context, target string) bool {
+	if s.m.c.HolderDir == "" || s.m.c.StartHolder == nil {
+		return false
+	}
+	sock := s.m.HolderSocket(target, s.execUser())
+	if _, marked := channel.UnavailableReason(sock); marked {
+		return false
+	}
+	s.ch.holderTried.Store(true)
+	s.m.c.StartHolder(HolderSpec{Socket: sock, ID: target, User: s.execUser()})
+	deadline := time.Now().Add(min(4*s.rt().CallTimeout(), time.Minute))
+	for time.Now().Before(deadline) {
+		if channel.Alive(sock, time.Second) {
+			return true
+		}
+		if _, marked := channel.UnavailableReason(sock); marked || sleepCtx(ctx, 50*time.Millisecond) != nil {
+			return false
+		}
+	}
+	return false
+}
+
 // dropChannel forgets a broken in-process channel (the next exec opens
 // a new one).
 func (s *Sandbox) dropChannel(target string) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,9 +109,19 @@ func (e *StoppedDuringExecError) Unwrap() error { return runtime.ErrNotRunning }
 // sandbox that stopped after the exec began may have run the command:
 // that is a *StoppedDuringExecError, never a second run.
 func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
-	env, err := s.m.execEnv(c.Env)
+	env, steer, err := s.m.execEnv(c.Env)
 	if err != nil {
 		return -1, err
+	}
+	// A name the engine client reads itself (PATH, HOME, DOCKER_HOST, ...)
+	// cannot travel in the client's environment, as values do on the
+	// plain path: only the channel (values in its frames, to the agent)
+	// or kubectl (values on its stdin) can carry it.
+	if steer != "" && s.rt().Dialect() == runtime.Kubectl {
+		steer = ""
+	}
+	if steer != "" && !s.usesChannel(c) {
+		return -1, s.steerError(steer, "the command cannot take it (a terminal, a per-process sandbox, or exec_channel = false)")
 	}
 	target := s.warmTarget()
 	var known *runtime.Container // inspected, this sandbox, not running
@@ -132,6 +143,14 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 		if s.usesChannel(c) {
 			if code, err, ok := s.execChannel(ctx, target, c, env); ok {
 				return code, err
+			}
+			if steer != "" {
+				if s.awaitHolder(ctx, target) {
+					if code, err, ok := s.execChannel(ctx, target, c, env); ok {
+						return code, err
+					}
+				}
+				return -1, s.steerError(steer, "the channel is "+s.ChannelStatus(target))
 			}
 		}
 		began := time.Now()
@@ -234,26 +253,33 @@ func (s *Sandbox) inspectOwn(ctx context.Context, id string) (*runtime.Container
 	return &cs[0], nil
 }
 
-// execEnv checks a command's environment: the marker name is reserved and
-// a value that would steer the engine client is refused (values travel in
-// the client's environment).
-func (m *Manager) execEnv(env map[string]string) (map[string]string, error) {
-	out := maps.Clone(env)
+// execEnv checks a command's environment: the marker name is reserved.
+// steer is the first name (sorted) whose value would steer the engine
+// client if it travelled in the client's environment, as values do on the
+// plain path ("" when none): such a command needs the exec channel.
+func (m *Manager) execEnv(env map[string]string) (out map[string]string, steer string, err error) {
+	out = maps.Clone(env)
 	if out == nil {
 		out = map[string]string{}
 	}
-	for k, v := range out {
+	for _, k := range slices.Sorted(maps.Keys(out)) {
 		if !validEnvName(k) {
-			return nil, &SpecError{Setting: "env", Msg: fmt.Sprintf("%q is not a valid variable name", k)}
+			return nil, "", &SpecError{Setting: "env", Msg: fmt.Sprintf("%q is not a valid variable name", k)}
 		}
 		if k == ExecIDVar {
-			return nil, &SpecError{Setting: "env", Msg: ExecIDVar + " is reserved: hsbx marks each command's processes with it to stop them on a timeout or signal"}
+			return nil, "", &SpecError{Setting: "env", Msg: ExecIDVar + " is reserved: hsbx marks each command's processes with it to stop them on a timeout or signal"}
 		}
-		if err := m.checkClientVar(k, v); err != nil {
-			return nil, err
+		if steer == "" && m.checkClientVar(k, out[k]) != nil {
+			steer = k
 		}
 	}
-	return out, nil
+	return out, steer, nil
+}
+
+// steerError refuses a command whose environment names a variable the
+// engine client reads, when the exec channel cannot carry it.
+func (s *Sandbox) steerError(name, why string) error {
+	return &SpecError{Setting: "env", Msg: fmt.Sprintf("%s is read by the engine client itself: hsbx gives it to a command only through the exec channel, and %s; set it inside the command instead (for values that are not secret: -- env %s=... CMD)", name, why, name)}
 }
 
 // livenessDelay is how long a command may stay silent before hsbx checks,

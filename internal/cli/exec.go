@@ -17,7 +17,7 @@ import (
 type ExecCmd struct {
 	taskFlag
 	Workdir     string   `short:"w" help:"Working directory in the sandbox." placeholder:"DIR"`
-	Env         []string `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (DOCKER_*, PATH, LD_*, ...) are refused." placeholder:"K[=V]"`
+	Env         []string `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (PATH, HOME, DOCKER_*, LD_*, ...) go only through the exec channel (refused where it cannot run)." placeholder:"K[=V]"`
 	Timeout     string   `help:"Kill the command (in the sandbox) after this long and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
 	Interactive bool     `short:"i" help:"Keep stdin open."`
 	TTY         bool     `short:"t" help:"Allocate a terminal."`
