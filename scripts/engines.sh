@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # engines.sh — install and start real Docker Engine and Podman (rootful and
 # rootless) on a fresh Debian machine with no container registry, and import a
-# busybox image into each. Idempotent: a second run reuses what is there.
+# busybox image into each — and an arm64 one, run through qemu-user (binfmt),
+# for sandboxes of another architecture. Idempotent: a second run reuses what
+# is there.
 #
 # Usage (as root):  scripts/engines.sh [DIR]         (DIR defaults to /tmp/hsbx-engines)
 #                   scripts/engines.sh --stop [DIR]  (stops the dockerd it started)
@@ -29,7 +31,7 @@ die() { say "error: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
 
 need_pkgs=()
-for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs; do
+for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -82,6 +84,41 @@ fi
 "$dockercli" image inspect "$image" >/dev/null 2>&1 || "$dockercli" import "$tarball" "$image" >/dev/null
 podman image exists "localhost/$image" || podman import "$tarball" "$image" >/dev/null
 
+# --- an arm64 sandbox on this machine: qemu-user through binfmt_misc ---------
+# The kernel runs arm64 binaries with qemu-aarch64 once it is registered with
+# the F flag (the interpreter is opened now, so it works inside containers).
+binfmt=/proc/sys/fs/binfmt_misc
+[ -e "$binfmt/register" ] || mount -t binfmt_misc binfmt_misc "$binfmt" || die "cannot mount binfmt_misc (needed to run arm64 sandboxes)"
+if [ ! -e "$binfmt/qemu-aarch64" ]; then
+  say "registering qemu-aarch64 with binfmt_misc"
+  grep -v '^#' /usr/lib/binfmt.d/qemu-aarch64.conf >"$binfmt/register"
+fi
+[ "$(head -1 "$binfmt/qemu-aarch64")" = enabled ] || echo 1 >"$binfmt/qemu-aarch64"
+arm_image=hsbx-busybox-arm64
+arm_tarball="$dir/busybox-rootfs-arm64.tar"
+if [ ! -s "$arm_tarball" ]; then
+  say "building an arm64 busybox rootfs from Debian's busybox-static:arm64"
+  dpkg --print-foreign-architectures | grep -qx arm64 || { dpkg --add-architecture arm64; apt-get update -qq; }
+  deb="$dir/debs"
+  rm -rf "$deb" && mkdir -p "$deb"
+  (cd "$deb" && apt-get download -qq busybox-static:arm64 >/dev/null) || { apt-get update -qq; (cd "$deb" && apt-get download -qq busybox-static:arm64 >/dev/null); }
+  dpkg-deb -x "$deb"/busybox-static_*_arm64.deb "$deb/x"
+  r="$dir/rootfs-arm64"
+  rm -rf "$r"
+  mkdir -p "$r/bin" "$r/tmp" "$r/root" "$r/workspace" "$r/etc" "$r/var/tmp" "$r/run"
+  cp "$deb/x/bin/busybox" "$r/bin/busybox"
+  for c in $("$r/bin/busybox" --list); do # an arm64 binary: this runs it through qemu
+    [ "$c" = busybox ] || ln -sf busybox "$r/bin/$c"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$r/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
+  chmod 1777 "$r/tmp" "$r/var/tmp"
+  tar -C "$r" -cf "$arm_tarball" .
+  chmod 0644 "$arm_tarball"
+fi
+"$dockercli" image inspect "$arm_image" >/dev/null 2>&1 || "$dockercli" import --platform linux/arm64 "$arm_tarball" "$arm_image" >/dev/null
+podman image exists "localhost/$arm_image" || podman import --arch arm64 "$arm_tarball" "$arm_image" >/dev/null
+
 # --- rootless podman: a normal user with subordinate ids ---------------------
 id -u "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
 grep -q "^$user:" /etc/subuid || echo "$user:200000:65536" >>/etc/subuid
@@ -113,6 +150,7 @@ if ! "$wrapper" info >/dev/null 2>&1; then
   "$wrapper" info >/dev/null 2>&1 || { "$wrapper" info 2>&1 | tail -5 >&2; die "rootless podman does not answer after podman system migrate"; }
 fi
 "$wrapper" image exists "localhost/$image" || "$wrapper" import "$tarball" "$image" >/dev/null
+"$wrapper" image exists "localhost/$arm_image" || "$wrapper" import --arch arm64 "$arm_tarball" "$arm_image" >/dev/null
 
 # Run a command as the rootless user, as that user would (their HOME, their
 # podman storage), keeping the rest of the caller's environment.
@@ -133,6 +171,7 @@ cat >"$dir/env.sh" <<ENV
 export DOCKER_HOST=$DOCKER_HOST
 export CONTAINERS_CONF=$conf
 export HSBX_IT_IMAGE=$image
+export HSBX_IT_IMAGE_ARM64=$arm_image
 export HSBX_IT_DOCKER=$dockercli
 export HSBX_IT_PODMAN=/usr/bin/podman
 export HSBX_IT_PODMAN_ROOTLESS=$wrapper
