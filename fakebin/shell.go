@@ -168,6 +168,9 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 		}
 		return n & 0xff, true
 	case "sh", "bash", "/bin/sh", "/bin/bash":
+		if s.f.env["FAKEENGINE_NO_SHELL"] != "" {
+			break // an image without a shell
+		}
 		return s.sh(cmd[1:]), false
 	case "/etc/passwd", "/etc/group":
 		return s.f.ociError(fmt.Sprintf("exec: %q: permission denied", cmd[0]), 126), true

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -410,15 +411,29 @@ func (s *Sandbox) killMarked(ctx context.Context, target, token string) (int, er
 		spec.User = fmt.Sprintf("%d:%d", s.m.c.UID, s.m.c.GID)
 	}
 	code, err := s.rt().Exec(ctx, spec)
-	if err != nil {
+	if err == nil && code == 0 {
+		var n int
+		if _, err := fmt.Sscan(out.String(), &n); err != nil {
+			return 0, fmt.Errorf("the kill command printed %q, not a count: %w", clip(out.String(), 100), err)
+		}
+		return n, nil
+	}
+	if err != nil && (errors.Is(err, runtime.ErrNotRunning) || errors.Is(err, runtime.ErrNotFound) ||
+		errors.Is(err, runtime.ErrUnreachable) || errors.Is(err, runtime.ErrTimeout)) {
 		return 0, err
 	}
-	if code != 0 {
-		return 0, fmt.Errorf("the kill command exited %d in the sandbox (it needs sh, tr and grep): %s", code, clip(errb.String(), 200))
+	// No shell (or no tr, grep) in the image: hsbx's agent does the same
+	// with one plain exec of its own binary, when the channel is on.
+	why := fmt.Sprintf("the kill command exited %d in the sandbox (it needs sh, tr and grep): %s", code, clip(errb.String(), 200))
+	if err != nil {
+		why = err.Error()
 	}
-	var n int
-	if _, err := fmt.Sscan(out.String(), &n); err != nil {
-		return 0, fmt.Errorf("the kill command printed %q, not a count: %w", clip(out.String(), 100), err)
+	if !s.m.c.Channel {
+		return 0, fmt.Errorf("%s; with exec_channel on, hsbx's agent would stop it without a shell", why)
+	}
+	n, aerr := channel.KillMarked(ctx, channel.Agent{Runtime: s.rt(), ID: target, User: spec.User, Binary: s.m.c.Agent, Log: s.m.log}, ExecIDVar+"="+token)
+	if aerr != nil {
+		return 0, fmt.Errorf("%s; hsbx's agent could not stop it either: %w", why, aerr)
 	}
 	return n, nil
 }

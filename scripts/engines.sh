@@ -84,6 +84,27 @@ fi
 "$dockercli" image inspect "$image" >/dev/null 2>&1 || "$dockercli" import "$tarball" "$image" >/dev/null
 podman image exists "localhost/$image" || podman import "$tarball" "$image" >/dev/null
 
+# --- an image without a shell: busybox with only a few commands linked ------
+# (sleep for the sandbox itself, no sh, tr or grep): what hsbx's kill script
+# cannot run in, so its agent stops commands there.
+noshell=hsbx-noshell
+noshell_tarball="$dir/noshell-rootfs.tar"
+if [ ! -s "$noshell_tarball" ]; then
+  say "building a shell-less rootfs"
+  r="$dir/rootfs-noshell"
+  rm -rf "$r"
+  mkdir -p "$r/bin" "$r/tmp" "$r/root" "$r/workspace" "$r/etc" "$r/var/tmp" "$r/run"
+  cp /bin/busybox "$r/bin/busybox"
+  for c in sleep echo cat true false; do ln -sf busybox "$r/bin/$c"; done
+  printf 'root:x:0:0:root:/root:/bin/false\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$r/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
+  chmod 1777 "$r/tmp" "$r/var/tmp"
+  tar -C "$r" -cf "$noshell_tarball" .
+  chmod 0644 "$noshell_tarball"
+fi
+"$dockercli" image inspect "$noshell" >/dev/null 2>&1 || "$dockercli" import "$noshell_tarball" "$noshell" >/dev/null
+podman image exists "localhost/$noshell" || podman import "$noshell_tarball" "$noshell" >/dev/null
+
 # --- an arm64 sandbox on this machine: qemu-user through binfmt_misc ---------
 # The kernel runs arm64 binaries with qemu-aarch64 once it is registered with
 # the F flag (the interpreter is opened now, so it works inside containers).
@@ -150,6 +171,7 @@ if ! "$wrapper" info >/dev/null 2>&1; then
   "$wrapper" info >/dev/null 2>&1 || { "$wrapper" info 2>&1 | tail -5 >&2; die "rootless podman does not answer after podman system migrate"; }
 fi
 "$wrapper" image exists "localhost/$image" || "$wrapper" import "$tarball" "$image" >/dev/null
+"$wrapper" image exists "localhost/$noshell" || "$wrapper" import "$noshell_tarball" "$noshell" >/dev/null
 "$wrapper" image exists "localhost/$arm_image" || "$wrapper" import --arch arm64 "$arm_tarball" "$arm_image" >/dev/null
 
 # Run a command as the rootless user, as that user would (their HOME, their
@@ -172,6 +194,7 @@ export DOCKER_HOST=$DOCKER_HOST
 export CONTAINERS_CONF=$conf
 export HSBX_IT_IMAGE=$image
 export HSBX_IT_IMAGE_ARM64=$arm_image
+export HSBX_IT_IMAGE_NOSHELL=$noshell
 export HSBX_IT_DOCKER=$dockercli
 export HSBX_IT_PODMAN=/usr/bin/podman
 export HSBX_IT_PODMAN_ROOTLESS=$wrapper

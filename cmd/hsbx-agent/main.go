@@ -8,13 +8,20 @@ package main
 
 import (
 	"os"
+	"strconv"
 
 	"github.com/hsbx/hsbx/internal/agent"
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "kill-marked" {
+		// A plain exec of this binary, for a sandbox without a shell:
+		// kill what carries the marker, print how many.
+		os.Stdout.WriteString(strconv.Itoa(agent.KillMarked(os.Args[2])) + "\n")
+		return
+	}
 	if len(os.Args) != 2 || os.Args[1] != "agent" {
-		os.Stderr.WriteString("usage: hsbx-agent agent (run by hsbx inside a sandbox; it speaks hsbx's protocol on stdin and stdout)\n")
+		os.Stderr.WriteString("usage: hsbx-agent agent | hsbx-agent kill-marked NAME=TOKEN (run by hsbx inside a sandbox)\n")
 		os.Exit(2)
 	}
 	if err := agent.Serve(os.Stdin, os.Stdout, "hsbx-agent"); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/hsbx/hsbx/internal/agent"
@@ -20,6 +21,12 @@ func main() { os.Exit(run()) }
 // closed stdout fails with EPIPE and hsbx can stop the command in the
 // sandbox before it exits 141, instead of dying on the spot.
 func run() int {
+	if len(os.Args) == 3 && os.Args[1] == "kill-marked" {
+		// As the agent binary (exec_channel_agent), run plainly in a
+		// sandbox without a shell: kill what carries the marker.
+		os.Stdout.WriteString(strconv.Itoa(agent.KillMarked(os.Args[2])) + "\n")
+		return 0
+	}
 	if len(os.Args) == 2 && os.Args[1] == "agent" {
 		// Inside a sandbox, as the exec channel's agent: nothing but stdio.
 		if err := agent.Serve(os.Stdin, os.Stdout, cli.Version); err != nil {

@@ -493,3 +493,31 @@ func startMessage(st wire.Start, err error) string {
 	}
 	return fmt.Sprintf("exec: %q: %v", st.Argv[0], err)
 }
+
+// KillMarked kills (SIGKILL) every process carrying marker ("NAME=token")
+// and returns how many it reached: what `AGENT kill-marked MARKER` does as
+// a plain exec, for a sandbox without the shell hsbx's kill script needs.
+// The processes are stopped first so that none forks past the count.
+// Only hsbx's own marker is taken (HSBX_EXEC_ID=token, runtime.ExecMarker).
+func KillMarked(marker string) int {
+	if token, ok := strings.CutPrefix(marker, "HSBX_EXEC_ID="); !ok || token == "" {
+		return 0
+	}
+	pids := markedProcesses(marker)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	pids = append(pids, markedProcesses(marker)...)
+	seen := map[int]bool{}
+	n := 0
+	for _, pid := range pids {
+		if seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}

@@ -146,6 +146,51 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 	return conn, nil
 }
 
+// KillMarked kills the processes in a's sandbox that carry marker
+// ("HSBX_EXEC_ID=token") with the agent binary run as one plain exec
+// (`AGENT kill-marked MARKER`), installing it first when it is missing:
+// the way to stop a command in a sandbox without the shell that hsbx's
+// kill script needs. It returns how many processes it reached.
+func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
+	bin, digest, err := agentBytes(ctx, a)
+	if err != nil {
+		return 0, err
+	}
+	path := agentPath(digest)
+	run := func() (int, int, error) {
+		var out strings.Builder
+		errb := &proc.TailBuffer{Max: 4 << 10}
+		code, err := a.Runtime.Exec(ctx, runtime.ExecSpec{ID: a.ID, Cmd: []string{path, "kill-marked", marker}, User: a.User,
+			Stdout: &out, Stderr: errb, Timeout: a.Runtime.CallTimeout()})
+		if err != nil || code != 0 {
+			return 0, code, err
+		}
+		var n int
+		if _, err := fmt.Sscan(out.String(), &n); err != nil {
+			return 0, code, fmt.Errorf("the agent's kill printed %q, not a count", clip(out.String()))
+		}
+		return n, 0, nil
+	}
+	n, code, err := run()
+	if err == nil && code == 0 {
+		return n, nil
+	}
+	if passing(err) || ctx.Err() != nil {
+		return 0, err
+	}
+	if ierr := install(ctx, a, path, bin); ierr != nil {
+		return 0, ierr
+	}
+	n, code, err = run()
+	switch {
+	case err != nil:
+		return 0, err
+	case code != 0:
+		return 0, fmt.Errorf("the agent's kill exited %d", code)
+	}
+	return n, nil
+}
+
 // passing says err is about the sandbox's state or the engine right now
 // (stopped, gone, paused, unreachable, slow), not about whether the agent
 // can run in it: no verdict is recorded, and the next command tries again.

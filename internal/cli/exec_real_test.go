@@ -139,3 +139,41 @@ func TestExecHungEngineRealEngines(t *testing.T) {
 		})
 	}
 }
+
+// In an image without a shell (HSBX_IT_IMAGE_NOSHELL: busybox with only
+// sleep, echo, cat, true and false linked) hsbx's kill script cannot run: a
+// command that times out on the plain path is stopped by hsbx's agent
+// instead, on every engine, and is gone afterwards.
+func TestTimeoutWithoutAShellRealEngines(t *testing.T) {
+	image := os.Getenv("HSBX_IT_IMAGE_NOSHELL")
+	for _, tg := range cliTargets(t) {
+		if tg.Fake {
+			continue // the fakes: exec_timeout_no_shell.txtar
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			if image == "" {
+				if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+					t.Fatal("HSBX_IT_IMAGE_NOSHELL unset (scripts/engines.sh makes it), but HSBX_REQUIRE_ENGINES=1")
+				}
+				t.Skip("HSBX_IT_IMAGE_NOSHELL unset: run scripts/engines.sh")
+			}
+			env := append(append([]string{}, tg.environ...), "TERMINAL_DOCKER_IMAGE="+image, "HSBX_EXEC_CHANNEL=true")
+			task := "noshell-" + filepath.Base(t.TempDir())
+			t.Cleanup(func() { runMain(t, env, "down", "--task", task) })
+			if code, _, errOut := runMain(t, env, "up", "--task", task); code != 0 {
+				t.Fatalf("up: %d %s", code, errOut)
+			}
+			if code, _, errOut := runMain(t, env, "exec", "--task", task, "--", "sh", "-c", "true"); code != 127 && code != 126 {
+				t.Fatalf("the image has a shell (exit %d %s): the test would prove nothing", code, errOut)
+			}
+			code, _, errOut := runMain(t, env, "exec", "--task", task, "--timeout", "2s", "--", "sleep", "60")
+			if code != ExitTimeout || !strings.Contains(errOut, "killed its 1 process") {
+				t.Fatalf("a timeout without a shell: exit %d, %s", code, errOut)
+			}
+			code, out, errOut := runMain(t, env, "exec", "--task", task, "--", "busybox", "ps")
+			if code != 0 || strings.Contains(out, "sleep 60") {
+				t.Fatalf("after the timeout (exit %d %s), ps shows:\n%s", code, errOut, out)
+			}
+		})
+	}
+}
