@@ -9,7 +9,9 @@ import (
 	"path"
 	"strings"
 
+	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/hostcopy"
+	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -40,7 +42,13 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 		return fmt.Errorf("copying %s into sandbox %s: %w", src, s.name, err)
 	}
 	dst = sandboxPath(dst)
-	return s.copying(ctx, true, dst, func(id string) error {
+	return s.copying(ctx, true, dst, func(id string, viaAgent bool) error {
+		if viaAgent {
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(agent.TarOut(pw, src)) }()
+			defer pr.Close()
+			return s.viaAgent(ctx, id, []string{"tar-in", dst}, pr, nil)
+		}
 		return s.rt().CopyTo(ctx, id, src, dst)
 	})
 }
@@ -53,8 +61,11 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 // Config.CopyMaxBytes of data.
 func (s *Sandbox) CopyOut(ctx context.Context, src, dst string) error {
 	src = sandboxPath(src)
-	return s.copying(ctx, false, src, func(id string) error {
+	return s.copying(ctx, false, src, func(id string, viaAgent bool) error {
 		stream := func(w io.Writer) error { return s.rt().CopyOut(ctx, id, src, w) }
+		if viaAgent {
+			stream = func(w io.Writer) error { return s.viaAgent(ctx, id, []string{"tar-out", src}, nil, w) }
+		}
 		return hostcopy.CopyFrom(dst, src, stream, hostcopy.Options{MaxBytes: s.m.c.CopyMaxBytes})
 	})
 }
@@ -70,7 +81,10 @@ var ErrCopyTooLarge = hostcopy.ErrTooLarge
 // the sandbox (created first when there is none), as it streams.
 func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) error {
 	dir = sandboxPath(dir)
-	return s.copying(ctx, true, dir, func(id string) error {
+	return s.copying(ctx, true, dir, func(id string, viaAgent bool) error {
+		if viaAgent {
+			return s.viaAgent(ctx, id, []string{"tar-in", dir + "/"}, r, nil)
+		}
 		return s.rt().CopyIn(ctx, id, dir, r)
 	})
 }
@@ -79,27 +93,63 @@ func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) er
 // streams (the engine's `cp ID:SRC -`: one entry named after src's base).
 func (s *Sandbox) CopyOutArchive(ctx context.Context, src string, w io.Writer) error {
 	src = sandboxPath(src)
-	return s.copying(ctx, false, src, func(id string) error {
+	return s.copying(ctx, false, src, func(id string, viaAgent bool) error {
+		if viaAgent {
+			return s.viaAgent(ctx, id, []string{"tar-out", src}, nil, w)
+		}
 		return s.rt().CopyOut(ctx, id, src, w)
 	})
 }
 
 // copying finds the sandbox (verified by labels, in any state; created
-// when create is set and there is none), refuses a path the engine's cp
-// cannot reach, and runs do with its id while marking it in use.
-func (s *Sandbox) copying(ctx context.Context, create bool, p string, do func(id string) error) error {
+// when create is set and there is none) and runs do with its id while
+// marking it in use. A path the engine's cp cannot reach (memory-backed,
+// on docker or in a stopped sandbox) goes through hsbx's agent in a
+// running sandbox (viaAgent); a stopped sandbox's is refused: it holds
+// nothing.
+func (s *Sandbox) copying(ctx context.Context, create bool, p string, do func(id string, viaAgent bool) error) error {
 	c, err := s.copyTarget(ctx, create)
 	if err != nil {
 		return err
 	}
+	viaAgent := false
 	if m, ok := s.memoryMount(p); ok && (s.rt().Dialect() == runtime.Docker || c.State != runtime.StateRunning) {
-		return fmt.Errorf("%w: %s is under %s in sandbox %s; copy through a persistent path such as /workspace, or stream it with `hsbx exec -i -- sh -c 'cat > FILE'`",
-			ErrMemoryPath, p, m, s.name)
+		if c.State != runtime.StateRunning || !s.m.c.Channel {
+			why := "the sandbox is not running (a stopped sandbox's memory holds nothing)"
+			if c.State == runtime.StateRunning {
+				why = "exec_channel is off (hsbx's agent copies there through it)"
+			}
+			return fmt.Errorf("%w: %s is under %s in sandbox %s and %s; copy through a path on disk, or stream it with `hsbx exec -i -- sh -c 'cat > FILE'`",
+				ErrMemoryPath, p, m, s.name, why)
+		}
+		viaAgent = true
 	}
 	release := s.markInUse()
 	defer release()
-	if err := do(c.ID); err != nil {
+	if err := do(c.ID, viaAgent); err != nil {
 		return fmt.Errorf("copying %s in sandbox %s: %w", p, s.name, err)
+	}
+	return nil
+}
+
+// viaAgent runs hsbx's agent binary itself (`/proc/self/exe ARGS...`)
+// through the exec channel of running sandbox id, for a copy the engine's
+// cp cannot make; the CLI starts its holder and waits for it when none
+// serves yet.
+func (s *Sandbox) viaAgent(ctx context.Context, id string, args []string, stdin io.Reader, stdout io.Writer) error {
+	errb := &proc.TailBuffer{Max: 4 << 10}
+	c := Command{Argv: append([]string{"/proc/self/exe"}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}
+	code, err, ok := s.execChannel(ctx, id, c, map[string]string{})
+	if !ok && s.awaitHolder(ctx, id) {
+		code, err, ok = s.execChannel(ctx, id, c, map[string]string{})
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: hsbx's agent copies there through the exec channel, which is %s", ErrMemoryPath, s.ChannelStatus(id))
+	case err != nil:
+		return err
+	case code != 0:
+		return fmt.Errorf("hsbx's agent could not copy (exit %d): %s", code, strings.TrimSpace(string(errb.Bytes())))
 	}
 	return nil
 }

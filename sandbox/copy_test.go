@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
@@ -348,6 +349,82 @@ dd if=/dev/zero of=sparse bs=1 count=0 seek=67108864 2>/dev/null`
 			}
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 > 1<<20 {
 				t.Errorf("%s: a 64 MiB hole took %d bytes of the host's disk", src, st.Blocks*512)
+			}
+		}
+	})
+}
+
+// A memory-backed path (/tmp, and /workspace in a non-persistent sandbox)
+// that docker's cp cannot reach is copied through hsbx's agent in a
+// running sandbox, both ways, with cp's placement and the host's rules for
+// what comes out; the engine's cp is not called. (Not on the fakes: their
+// agent runs on this host, whose /tmp it would write.)
+func TestCopyToMemoryPathsThroughTheAgent(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if e.tg.Fake || e.kube() {
+			t.Skip("the fakes run the agent on this host; kubectl's cp reaches memory-backed paths itself")
+		}
+		ctx := context.Background()
+		m := sandbox.New(sandbox.Config{Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
+			Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {}, Channel: true})
+		spec := e.spec()
+		spec.Persistent = false // /workspace is memory-backed too
+		sb := m.Sandbox(e.key("memcp"), spec)
+		t.Cleanup(func() { _ = sb.Close(ctx) })
+		if _, err := sb.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		in, out := e.hostDir("in"), e.hostDir("out") // the rootless engine's user reads them too
+		files := map[string]string{"a.txt": "alpha\n", "sub/b.txt": "beta\n", "sp ace,=.txt": "x"}
+		for name, body := range files {
+			must := os.MkdirAll(filepath.Join(in, "tree", filepath.Dir(name)), 0o755)
+			if must != nil {
+				t.Fatal(must)
+			}
+			if err := os.WriteFile(filepath.Join(in, "tree", name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.log.reset()
+		for _, dst := range []string{"/tmp", "/workspace"} {
+			if err := sb.CopyIn(ctx, filepath.Join(in, "tree", "a.txt"), dst+"/a.txt"); err != nil {
+				t.Fatalf("file into %s: %v", dst, err)
+			}
+			if err := sb.CopyIn(ctx, filepath.Join(in, "tree"), dst); err != nil {
+				t.Fatalf("tree into %s: %v", dst, err)
+			}
+			if err := sb.CopyIn(ctx, filepath.Join(in, "tree")+"/.", dst+"/merged"); err != nil {
+				t.Fatalf("tree contents into %s/merged: %v", dst, err)
+			}
+			var got bytes.Buffer
+			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "cat " + dst + "/a.txt " + dst + "/tree/sub/b.txt " + dst + "/merged/sub/b.txt"}, Stdout: &got})
+			if err != nil || code != 0 || got.String() != "alpha\nbeta\nbeta\n" {
+				t.Fatalf("%s as commands see it: %d %q %v", dst, code, got.String(), err)
+			}
+			back := filepath.Join(out, strings.TrimPrefix(dst, "/"))
+			if err := sb.CopyOut(ctx, dst+"/tree", back); err != nil {
+				t.Fatalf("tree out of %s: %v", dst, err)
+			}
+			if got := readTree(t, back); !maps.Equal(got, files) {
+				t.Errorf("tree out of %s:\n%v\nwant\n%v", dst, got, files)
+			}
+		}
+		// What comes out keeps the host's rules: no link to the host's files.
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"ln", "-s", "/etc/passwd", "/tmp/tree/evil"}}); err != nil || code != 0 {
+			t.Fatalf("ln: %d %v", code, err)
+		}
+		var lre *sandbox.LinksRefusedError
+		if err := sb.CopyOut(ctx, "/tmp/tree", filepath.Join(out, "evil")); !errors.As(err, &lre) {
+			t.Fatalf("a link to /etc/passwd out of /tmp: %v, want LinksRefusedError", err)
+		}
+		if _, err := os.Lstat(filepath.Join(out, "evil", "evil")); err == nil {
+			t.Fatal("the link to the host's /etc/passwd was made")
+		}
+		if e.rt.Dialect() == runtime.Docker {
+			if slices.ContainsFunc(e.log.all(), func(l string) bool {
+				return strings.Contains(l, " cp ") && (strings.Contains(l, ":/tmp") || strings.Contains(l, ":/workspace"))
+			}) { // (the agent's own install is a cp to /)
+				t.Errorf("docker's cp was called for memory-backed paths:\n%s", strings.Join(e.log.all(), "\n"))
 			}
 		}
 	})

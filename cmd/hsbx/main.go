@@ -6,7 +6,6 @@ import (
 	"context"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
 	"github.com/hsbx/hsbx/internal/agent"
@@ -21,19 +20,10 @@ func main() { os.Exit(run()) }
 // closed stdout fails with EPIPE and hsbx can stop the command in the
 // sandbox before it exits 141, instead of dying on the spot.
 func run() int {
-	if len(os.Args) == 3 && os.Args[1] == "kill-marked" {
-		// As the agent binary (exec_channel_agent), run plainly in a
-		// sandbox without a shell: kill what carries the marker.
-		os.Stdout.WriteString(strconv.Itoa(agent.KillMarked(os.Args[2])) + "\n")
-		return 0
-	}
-	if len(os.Args) == 2 && os.Args[1] == "agent" {
-		// Inside a sandbox, as the exec channel's agent: nothing but stdio.
-		if err := agent.Serve(os.Stdin, os.Stdout, cli.Version); err != nil {
-			os.Stderr.WriteString("hsbx agent: " + err.Error() + "\n")
-			return 1
-		}
-		return 0
+	if code, ok := agent.RunMode(os.Args[1:], cli.Version); ok {
+		// Inside a sandbox, as the exec channel's agent (exec_channel_agent
+		// may name hsbx itself): nothing but stdio.
+		return code
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)

@@ -1,0 +1,192 @@
+package agent
+
+// Copies through the exec channel, for paths the engine's cp cannot reach
+// (memory-backed mounts): the agent binary run as a command of the channel
+// (`/proc/self/exe tar-out SRC`, `/proc/self/exe tar-in DST`) writes or
+// reads a tar stream with the shapes and placement of `docker cp`.
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// TarOut writes a tar archive of src to w as `docker cp ID:SRC -` does:
+// one top entry named after src's base (a link is archived as a link),
+// or, for "SRC/.", the directory's contents as "./NAME".
+func TarOut(w io.Writer, src string) error {
+	tw := tar.NewWriter(w)
+	dir, base := filepath.Split(strings.TrimSuffix(src, "/"))
+	contents := base == "." && dir != ""
+	root := src
+	name := base
+	if contents {
+		root, name = filepath.Clean(dir), "."
+	}
+	if name == "" { // "/"
+		name = "."
+	}
+	fi, err := os.Lstat(root)
+	if err != nil {
+		return err
+	}
+	if contents && !fi.IsDir() {
+		return fmt.Errorf("%s: not a directory", root)
+	}
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		entry := path.Join(name, filepath.ToSlash(rel))
+		if contents && rel != "." {
+			entry = "./" + filepath.ToSlash(rel)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if info.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		if !info.Mode().IsRegular() && !info.IsDir() && info.Mode()&fs.ModeSymlink == 0 {
+			return nil // devices, sockets, pipes: not copied
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		h.Name = entry
+		if info.IsDir() {
+			h.Name += "/"
+		}
+		h.Uname, h.Gname = "", ""
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if info.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, io.LimitReader(f, info.Size()))
+			f.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// TarIn extracts the archive read from r at dst with `docker cp SRC
+// ID:DST`'s placement. The archive's top entry is the source's base name
+// (or "./" entries for "SRC/."): into dst when dst is a directory, else
+// as dst itself (its parent must exist). Nothing is written outside the
+// directory it extracts into (os.Root); links are made as they are.
+func TarIn(r io.Reader, dst string) error {
+	tr := tar.NewReader(r)
+	first, err := tr.Next()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	top, _, _ := strings.Cut(strings.TrimPrefix(path.Clean(first.Name), "./"), "/")
+	contents := top == "." || strings.HasPrefix(first.Name, "./")
+	fi, statErr := os.Stat(dst)
+	var into, rename string // extract into dir `into`; the top name becomes `rename`
+	switch {
+	case contents:
+		if statErr != nil {
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return err
+			}
+		} else if !fi.IsDir() {
+			return fmt.Errorf("cannot copy a directory's contents to %s: not a directory", dst)
+		}
+		into = dst
+	case statErr == nil && fi.IsDir():
+		into, rename = dst, top
+	case statErr == nil:
+		if first.Typeflag == tar.TypeDir {
+			return fmt.Errorf("cannot copy a directory to %s: it is a file", dst)
+		}
+		into, rename = filepath.Dir(dst), filepath.Base(dst)
+	case strings.HasSuffix(dst, "/"):
+		return fmt.Errorf("%s: no such directory", dst)
+	default:
+		parent := filepath.Dir(filepath.Clean(dst))
+		if pfi, err := os.Stat(parent); err != nil || !pfi.IsDir() {
+			return fmt.Errorf("%s: no such directory", parent)
+		}
+		into, rename = parent, filepath.Base(filepath.Clean(dst))
+	}
+	root, err := os.OpenRoot(into)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for h := first; ; {
+		name := strings.TrimPrefix(path.Clean(h.Name), "./")
+		if !contents {
+			name = rename + strings.TrimPrefix(name, top)
+			if h.Typeflag == tar.TypeLink {
+				h.Linkname = rename + strings.TrimPrefix(strings.TrimPrefix(path.Clean(h.Linkname), "./"), top)
+			}
+		}
+		if name != "." && name != "" {
+			if err := place(root, tr, h, name); err != nil {
+				return fmt.Errorf("%s: %w", h.Name, err)
+			}
+		}
+		if h, err = tr.Next(); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// place makes one entry under root (which refuses names that would leave
+// it, through ".." or a link).
+func place(root *os.Root, tr *tar.Reader, h *tar.Header, name string) error {
+	mode := fs.FileMode(h.Mode).Perm()
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if err := root.Mkdir(name, mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		return root.Chmod(name, mode)
+	case tar.TypeReg:
+		_ = root.Remove(name) // a link in the way is replaced, never followed
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	case tar.TypeSymlink:
+		_ = root.Remove(name)
+		return root.Symlink(h.Linkname, name)
+	case tar.TypeLink:
+		_ = root.Remove(name)
+		return root.Link(strings.TrimPrefix(path.Clean(h.Linkname), "./"), name)
+	}
+	return nil // devices and the like are not made
+}

@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"archive/tar"
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tree makes files (name -> content; "name/" a directory, "name@target" a
+// link) under dir.
+func tree(t *testing.T, dir string, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		switch {
+		case strings.HasSuffix(f, "/"):
+			must(t, os.MkdirAll(p, 0o755))
+		case strings.Contains(f, "@"):
+			name, target, _ := strings.Cut(f, "@")
+			must(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+			must(t, os.Symlink(target, filepath.Join(dir, name)))
+		default:
+			must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+			must(t, os.WriteFile(p, []byte("content of "+f), 0o644))
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listing is every path under dir with what it is.
+func listing(t *testing.T, dir string) string {
+	t.Helper()
+	var out []string
+	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			out = append(out, rel+"@"+l)
+		case fi.IsDir():
+			out = append(out, rel+"/")
+		default:
+			b, _ := os.ReadFile(p)
+			out = append(out, rel+"="+string(b))
+		}
+		return nil
+	})
+	return strings.Join(out, " ")
+}
+
+// Copies through the agent place files as `docker cp SRC ID:DST` does.
+func TestCopyThroughTheAgentPlacesAsDockerCp(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		src        string // under the source dir
+		dst        string // under the destination dir
+		before     []string
+		want, fail string
+	}{
+		{"file into a dir", "f", "d", []string{"d/"}, "d/ d/f=content of f", ""},
+		{"file as a new name", "f", "g", nil, "g=content of f", ""},
+		{"file over a file", "f", "g", []string{"g"}, "g=content of f", ""},
+		{"dir into a dir", "dir", "d", []string{"d/"}, "d/ d/dir/ d/dir/a=content of dir/a d/dir/l@a d/dir/sub/ d/dir/sub/b=content of dir/sub/b", ""},
+		{"dir as a new name", "dir", "new", nil, "new/ new/a=content of dir/a new/l@a new/sub/ new/sub/b=content of dir/sub/b", ""},
+		{"dir contents into a dir", "dir/.", "d", []string{"d/", "d/old"}, "d/ d/a=content of dir/a d/l@a d/old=content of d/old d/sub/ d/sub/b=content of dir/sub/b", ""},
+		{"dir contents to a new dir", "dir/.", "new", nil, "new/ new/a=content of dir/a new/l@a new/sub/ new/sub/b=content of dir/sub/b", ""},
+		{"dir over a file", "dir", "g", []string{"g"}, "", "cannot copy a directory"},
+		{"file to a missing dir", "f", "missing/", nil, "", "no such directory"},
+		{"missing parent", "f", "no/such/g", nil, "", "no such directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, dst := t.TempDir(), t.TempDir()
+			tree(t, src, "f", "dir/a", "dir/sub/b", "dir/l@a")
+			tree(t, dst, tc.before...)
+			var buf bytes.Buffer
+			must(t, TarOut(&buf, src+"/"+tc.src))
+			err := TarIn(&buf, dst+"/"+tc.dst)
+			if tc.fail != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.fail) {
+					t.Fatalf("TarIn: %v, want %q", err, tc.fail)
+				}
+				return
+			}
+			must(t, err)
+			if got := listing(t, dst); got != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// An archive cannot write outside where it is extracted: not through
+// "..", nor through a link it made first.
+func TestTarInStaysInside(t *testing.T) {
+	for _, entries := range [][]*tar.Header{
+		{{Name: "x/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "x/../../escape", Typeflag: tar.TypeReg, Mode: 0o644}},
+		{{Name: "x/", Typeflag: tar.TypeDir, Mode: 0o755}, {Name: "x/out", Typeflag: tar.TypeSymlink, Linkname: "../../.."}, {Name: "x/out/escape", Typeflag: tar.TypeReg, Mode: 0o644}},
+	} {
+		outside := t.TempDir()
+		dst := filepath.Join(outside, "a", "b")
+		must(t, os.MkdirAll(dst, 0o755))
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, h := range entries {
+			must(t, tw.WriteHeader(h))
+		}
+		must(t, tw.Close())
+		if err := TarIn(&buf, dst); err == nil {
+			t.Errorf("%s: no error", entries[len(entries)-1].Name)
+		}
+		matches, _ := filepath.Glob(filepath.Join(outside, "*", "escape"))
+		m2, _ := filepath.Glob(filepath.Join(outside, "escape"))
+		if len(matches)+len(m2) > 0 {
+			t.Fatalf("written outside: %v %v", matches, m2)
+		}
+	}
+}

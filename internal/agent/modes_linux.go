@@ -1,0 +1,43 @@
+package agent
+
+import (
+	"os"
+	"strconv"
+)
+
+// RunMode runs the mode of the agent binary that args (os.Args[1:]) name,
+// as hsbx starts it in a sandbox, and returns its exit status; ok is false
+// when args name none (the binary is then free to be something else, as
+// hsbx itself is):
+//
+//	agent              serve the exec channel on stdin and stdout
+//	kill-marked MARKER kill the processes carrying MARKER, print how many
+//	tar-out SRC        write a tar archive of SRC to stdout (docker cp's shape)
+//	tar-in DST         extract the tar archive on stdin at DST (docker cp's placement)
+func RunMode(args []string, build string) (code int, ok bool) {
+	fail := func(err error) int {
+		os.Stderr.WriteString("hsbx agent: " + err.Error() + "\n")
+		return 1
+	}
+	switch {
+	case len(args) == 1 && args[0] == "agent":
+		if err := Serve(os.Stdin, os.Stdout, build); err != nil {
+			return fail(err), true
+		}
+		return 0, true
+	case len(args) == 2 && args[0] == "kill-marked":
+		os.Stdout.WriteString(strconv.Itoa(KillMarked(args[1])) + "\n")
+		return 0, true
+	case len(args) == 2 && args[0] == "tar-out":
+		if err := TarOut(os.Stdout, args[1]); err != nil {
+			return fail(err), true
+		}
+		return 0, true
+	case len(args) == 2 && args[0] == "tar-in":
+		if err := TarIn(os.Stdin, args[1]); err != nil {
+			return fail(err), true
+		}
+		return 0, true
+	}
+	return 0, false
+}
