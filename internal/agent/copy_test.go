@@ -127,3 +127,29 @@ func TestTarInStaysInside(t *testing.T) {
 		}
 	}
 }
+
+// Whatever the archive, TarIn writes nothing outside the directory it
+// extracts into, and does not panic.
+func FuzzTarIn(f *testing.F) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Name: "x/", Typeflag: tar.TypeDir, Mode: 0o755})
+	_ = tw.WriteHeader(&tar.Header{Name: "x/l", Typeflag: tar.TypeSymlink, Linkname: "../.."})
+	_ = tw.WriteHeader(&tar.Header{Name: "x/l/e", Typeflag: tar.TypeReg, Mode: 0o644})
+	_ = tw.Close()
+	f.Add(buf.Bytes(), "d")
+	f.Add(buf.Bytes(), "new/")
+	f.Fuzz(func(t *testing.T, archive []byte, dst string) {
+		if strings.ContainsAny(dst, "\x00") || strings.Contains(dst, "..") || strings.HasPrefix(dst, "/") {
+			return
+		}
+		outside := t.TempDir()
+		inside := filepath.Join(outside, "in")
+		must(t, os.MkdirAll(filepath.Join(inside, "d"), 0o755))
+		_ = TarIn(bytes.NewReader(archive), filepath.Join(inside, dst))
+		ents, _ := os.ReadDir(outside)
+		if len(ents) != 1 || ents[0].Name() != "in" {
+			t.Fatalf("written beside the destination: %v", ents)
+		}
+	})
+}
