@@ -55,8 +55,11 @@ func TestStdinIsPassed(t *testing.T) {
 	})
 }
 
-// Command env: values verbatim (commas, =); names that steer the engine
-// client and the kill marker refused before any engine call.
+// Command env: values verbatim (commas, =); the kill marker refused
+// before any engine call, and names that steer the engine client too when
+// no channel can carry them (here it is off) — except on kubectl, whose
+// values travel on the exec's stdin, where they steer nothing and reach
+// the command.
 func TestCommandEnv(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -66,8 +69,20 @@ func TestCommandEnv(t *testing.T) {
 		if err != nil || code != 0 || out.String() != "[a,b=c]\n" {
 			t.Fatalf("env with a comma: %d %v %q", code, err, out.String())
 		}
+		if e.kube() {
+			out.Reset()
+			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "$DOCKER_HOST|$HOME"`}, Stdout: &out,
+				Env: map[string]string{"DOCKER_HOST": "tcp://evil:1", "HOME": "/h"}})
+			if err != nil || code != 0 || out.String() != "tcp://evil:1|/h\n" {
+				t.Fatalf("kubectl: env DOCKER_HOST and HOME: %d %v %q", code, err, out.String())
+			}
+		}
 		e.log.reset()
-		for _, name := range []string{"DOCKER_HOST", "CONTAINER_HOST", "PATH", "LD_PRELOAD", "HSBX_EXEC_ID"} {
+		names := []string{"DOCKER_HOST", "CONTAINER_HOST", "PATH", "LD_PRELOAD", "HSBX_EXEC_ID"}
+		if e.kube() {
+			names = []string{"HSBX_EXEC_ID"}
+		}
+		for _, name := range names {
 			_, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}, Env: map[string]string{name: "tcp://evil:1"}})
 			var se *sandbox.SpecError
 			if !errors.As(err, &se) || !strings.Contains(err.Error(), name) {
