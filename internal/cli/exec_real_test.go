@@ -177,3 +177,43 @@ func TestTimeoutWithoutAShellRealEngines(t *testing.T) {
 		})
 	}
 }
+
+// `hsbx cp` to and from docker's /tmp (memory-backed: docker's own cp
+// would write beneath it) goes through hsbx's agent: the first such copy
+// starts the holder and waits for it.
+func TestCpMemoryPathRealDocker(t *testing.T) {
+	for _, tg := range cliTargets(t) {
+		if tg.Name != "docker" {
+			continue
+		}
+		run := t.TempDir()
+		if err := os.Chmod(run, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		// The holder is this test binary (TestMain), the agent the one hsbx carries.
+		env := append(append([]string{}, tg.environ...), "XDG_RUNTIME_DIR="+run, "HSBX_EXEC_CHANNEL=true",
+			"HSBX_TEST_HOLDER=1", "HSBX_HOLDER_ENV=HSBX_TEST_HOLDER")
+		task := "cpmem-" + filepath.Base(run)
+		t.Cleanup(func() { runMain(t, env, "down", "--task", task) })
+		if code, _, errOut := runMain(t, env, "up", "--task", task); code != 0 {
+			t.Fatalf("up: %d %s", code, errOut)
+		}
+		host := t.TempDir()
+		if err := os.WriteFile(filepath.Join(host, "f.txt"), []byte("to tmpfs\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, errOut := runMain(t, env, "cp", "--task", task, filepath.Join(host, "f.txt"), ":/tmp/f.txt"); code != 0 {
+			t.Fatalf("cp into /tmp: %d %s", code, errOut)
+		}
+		if code, out, errOut := runMain(t, env, "exec", "--task", task, "--", "cat", "/tmp/f.txt"); code != 0 || out != "to tmpfs\n" {
+			t.Fatalf("the copied file as commands see it: %d %q %s", code, out, errOut)
+		}
+		back := filepath.Join(host, "back.txt")
+		if code, _, errOut := runMain(t, env, "cp", "--task", task, ":/tmp/f.txt", back); code != 0 {
+			t.Fatalf("cp out of /tmp: %d %s", code, errOut)
+		}
+		if b, err := os.ReadFile(back); err != nil || string(b) != "to tmpfs\n" {
+			t.Fatalf("came back: %q %v", b, err)
+		}
+	}
+}
