@@ -46,8 +46,9 @@ type Settings struct {
 	// unused holder (exec_channel_idle).
 	ExecChannel     Setting[bool]
 	ExecChannelIdle Setting[time.Duration]
-	// ExecChannelAgent is the agent binary (exec_channel_agent; "" = this
-	// hsbx, which must then be a static Linux build).
+	// ExecChannelAgent is the agent binary (exec_channel_agent; "" = the
+	// one hsbx carries for the engine's platform, internal/agentbin);
+	// one named must be a static Linux build of hsbx or hsbx-agent.
 	ExecChannelAgent Setting[string]
 	// CopyMaxSize bounds the data one `cp` out of a sandbox writes on the
 	// host (copy_max_size; env HSBX_COPY_MAX_SIZE; "0" = no bound).
