@@ -9,7 +9,6 @@ import (
 	"path"
 	"strings"
 
-	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/runtime"
@@ -45,7 +44,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 	return s.copying(ctx, true, dst, func(id string, viaAgent bool) error {
 		if viaAgent {
 			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(agent.TarOut(pw, src)) }()
+			go func() { pw.CloseWithError(hostcopy.Archive(pw, src)) }()
 			defer pr.Close()
 			return s.viaAgent(ctx, id, []string{"tar-in", dst}, pr, nil)
 		}

@@ -65,21 +65,29 @@ if ! "$dockercli" version >/dev/null 2>&1; then
 fi
 
 # --- the image: a busybox rootfs, no registry needed -------------------------
-tarball="$dir/busybox-rootfs.tar"
-if [ ! -s "$tarball" ]; then
-  say "building busybox rootfs"
-  r="$dir/rootfs"
+# rootfs TARBALL WORKDIR BUSYBOX LOGIN_SHELL [COMMAND...]: a rootfs of one
+# static busybox with a link per COMMAND (none given: every command it has;
+# listing them runs it, through qemu for another architecture's), packed.
+rootfs() {
+  local tarball=$1 r=$2 bb=$3 shell=$4
+  shift 4
   rm -rf "$r"
   mkdir -p "$r/bin" "$r/tmp" "$r/root" "$r/workspace" "$r/etc" "$r/var/tmp" "$r/run"
-  cp /bin/busybox "$r/bin/busybox"
-  for c in $("$r/bin/busybox" --list); do
+  cp "$bb" "$r/bin/busybox"
+  [ $# -gt 0 ] || set -- $("$r/bin/busybox" --list)
+  for c in "$@"; do
     [ "$c" = busybox ] || ln -sf busybox "$r/bin/$c"
   done
-  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$r/etc/passwd"
+  printf 'root:x:0:0:root:/root:%s\nnobody:x:65534:65534:nobody:/:/bin/false\n' "$shell" >"$r/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
   chmod 1777 "$r/tmp" "$r/var/tmp"
   tar -C "$r" -cf "$tarball" .
   chmod 0644 "$tarball"
+}
+tarball="$dir/busybox-rootfs.tar"
+if [ ! -s "$tarball" ]; then
+  say "building busybox rootfs"
+  rootfs "$tarball" "$dir/rootfs" /bin/busybox /bin/sh
 fi
 "$dockercli" image inspect "$image" >/dev/null 2>&1 || "$dockercli" import "$tarball" "$image" >/dev/null
 podman image exists "localhost/$image" || podman import "$tarball" "$image" >/dev/null
@@ -91,16 +99,7 @@ noshell=hsbx-noshell
 noshell_tarball="$dir/noshell-rootfs.tar"
 if [ ! -s "$noshell_tarball" ]; then
   say "building a shell-less rootfs"
-  r="$dir/rootfs-noshell"
-  rm -rf "$r"
-  mkdir -p "$r/bin" "$r/tmp" "$r/root" "$r/workspace" "$r/etc" "$r/var/tmp" "$r/run"
-  cp /bin/busybox "$r/bin/busybox"
-  for c in sleep echo cat true false; do ln -sf busybox "$r/bin/$c"; done
-  printf 'root:x:0:0:root:/root:/bin/false\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$r/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
-  chmod 1777 "$r/tmp" "$r/var/tmp"
-  tar -C "$r" -cf "$noshell_tarball" .
-  chmod 0644 "$noshell_tarball"
+  rootfs "$noshell_tarball" "$dir/rootfs-noshell" /bin/busybox /bin/false sleep echo cat true false
 fi
 "$dockercli" image inspect "$noshell" >/dev/null 2>&1 || "$dockercli" import "$noshell_tarball" "$noshell" >/dev/null
 podman image exists "localhost/$noshell" || podman import "$noshell_tarball" "$noshell" >/dev/null
@@ -124,18 +123,7 @@ if [ ! -s "$arm_tarball" ]; then
   rm -rf "$deb" && mkdir -p "$deb"
   (cd "$deb" && apt-get download -qq busybox-static:arm64 >/dev/null) || { apt-get update -qq; (cd "$deb" && apt-get download -qq busybox-static:arm64 >/dev/null); }
   dpkg-deb -x "$deb"/busybox-static_*_arm64.deb "$deb/x"
-  r="$dir/rootfs-arm64"
-  rm -rf "$r"
-  mkdir -p "$r/bin" "$r/tmp" "$r/root" "$r/workspace" "$r/etc" "$r/var/tmp" "$r/run"
-  cp "$deb/x/bin/busybox" "$r/bin/busybox"
-  for c in $("$r/bin/busybox" --list); do # an arm64 binary: this runs it through qemu
-    [ "$c" = busybox ] || ln -sf busybox "$r/bin/$c"
-  done
-  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$r/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' >"$r/etc/group"
-  chmod 1777 "$r/tmp" "$r/var/tmp"
-  tar -C "$r" -cf "$arm_tarball" .
-  chmod 0644 "$arm_tarball"
+  rootfs "$arm_tarball" "$dir/rootfs-arm64" "$deb/x/bin/busybox" /bin/sh
 fi
 "$dockercli" image inspect "$arm_image" >/dev/null 2>&1 || "$dockercli" import --platform linux/arm64 "$arm_tarball" "$arm_image" >/dev/null
 podman image exists "localhost/$arm_image" || podman import --arch arm64 "$arm_tarball" "$arm_image" >/dev/null

@@ -2,8 +2,9 @@ package agent
 
 // Copies through the exec channel, for paths the engine's cp cannot reach
 // (memory-backed mounts): the agent binary run as a command of the channel
-// (`/proc/self/exe tar-out SRC`, `/proc/self/exe tar-in DST`) writes or
-// reads a tar stream with the shapes and placement of `docker cp`.
+// (`/proc/self/exe tar-out SRC`, `/proc/self/exe tar-in DST`) writes
+// (hostcopy.Archive) or reads a tar stream with the shapes and placement
+// of `docker cp`.
 
 import (
 	"archive/tar"
@@ -16,79 +17,6 @@ import (
 	"path/filepath"
 	"strings"
 )
-
-// TarOut writes a tar archive of src to w as `docker cp ID:SRC -` does:
-// one top entry named after src's base (a link is archived as a link),
-// or, for "SRC/.", the directory's contents as "./NAME".
-func TarOut(w io.Writer, src string) error {
-	tw := tar.NewWriter(w)
-	dir, base := filepath.Split(strings.TrimSuffix(src, "/"))
-	contents := base == "." && dir != ""
-	root := src
-	name := base
-	if contents {
-		root, name = filepath.Clean(dir), "."
-	}
-	if name == "" { // "/"
-		name = "."
-	}
-	fi, err := os.Lstat(root)
-	if err != nil {
-		return err
-	}
-	if contents && !fi.IsDir() {
-		return fmt.Errorf("%s: not a directory", root)
-	}
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		entry := path.Join(name, filepath.ToSlash(rel))
-		if contents && rel != "." {
-			entry = "./" + filepath.ToSlash(rel)
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		if info.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		if !info.Mode().IsRegular() && !info.IsDir() && info.Mode()&fs.ModeSymlink == 0 {
-			return nil // devices, sockets, pipes: not copied
-		}
-		h, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		h.Name = entry
-		if info.IsDir() {
-			h.Name += "/"
-		}
-		h.Uname, h.Gname = "", ""
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if info.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, io.LimitReader(f, info.Size()))
-			f.Close()
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
-}
 
 // TarIn extracts the archive read from r at dst with `docker cp SRC
 // ID:DST`'s placement. The archive's top entry is the source's base name

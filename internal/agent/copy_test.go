@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hsbx/hsbx/internal/hostcopy"
 )
 
 // tree makes files (name -> content; "name/" a directory, "name@target" a
@@ -85,7 +87,7 @@ func TestCopyThroughTheAgentPlacesAsDockerCp(t *testing.T) {
 			tree(t, src, "f", "dir/a", "dir/sub/b", "dir/l@a")
 			tree(t, dst, tc.before...)
 			var buf bytes.Buffer
-			must(t, TarOut(&buf, src+"/"+tc.src))
+			must(t, hostcopy.Archive(&buf, src+"/"+tc.src))
 			err := TarIn(&buf, dst+"/"+tc.dst)
 			if tc.fail != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.fail) {

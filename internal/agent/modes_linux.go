@@ -3,6 +3,8 @@ package agent
 import (
 	"os"
 	"strconv"
+
+	"github.com/hsbx/hsbx/internal/hostcopy"
 )
 
 // RunMode runs the mode of the agent binary that args (os.Args[1:]) name,
@@ -29,7 +31,7 @@ func RunMode(args []string, build string) (code int, ok bool) {
 		os.Stdout.WriteString(strconv.Itoa(KillMarked(args[1])) + "\n")
 		return 0, true
 	case len(args) == 2 && args[0] == "tar-out":
-		if err := TarOut(os.Stdout, args[1]); err != nil {
+		if err := hostcopy.Archive(os.Stdout, args[1]); err != nil {
 			return fail(err), true
 		}
 		return 0, true

@@ -1,12 +1,10 @@
 package kubectl
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -46,60 +44,10 @@ func (r *Runtime) CopyTo(ctx context.Context, id, src, dst string) error {
 		mode, base = "contents", "."
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTar(pw, root, base)) }()
+	go func() { pw.CloseWithError(hostcopy.Archive(pw, src)) }()
 	err := r.tar(ctx, id, []string{"/bin/sh", "-c", copyInScript, "hsbx-cp", path.Clean(dst), mode, base}, pr, nil)
 	_ = pr.CloseWithError(errors.New("copy ended"))
 	return err
-}
-
-// writeTar writes root (a file or a tree) as entries under name.
-func writeTar(w io.Writer, root, name string) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		link := ""
-		if info.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		h, err := tar.FileInfoHeader(info, link)
-		if err != nil {
-			return err
-		}
-		h.Name = path.Join(name, filepath.ToSlash(rel))
-		if info.IsDir() {
-			h.Name += "/"
-		}
-		h.Uid, h.Gid, h.Uname, h.Gname = 0, 0, "", ""
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if info.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, f)
-			f.Close()
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }
 
 // CopyFrom implements runtime.Runtime: `tar -c` in the Pod (CopyOut),
