@@ -50,22 +50,20 @@ func kubeBench(ctx context.Context) string {
 	raw := func() time.Duration {
 		return must(ctx, os.Environ(), kc("exec", pod, "-c", "sandbox", "--", "true")...).Elapsed
 	}
-	var rows []row
-	h, base := pair(ctx, e, *runs, func() time.Duration {
-		return must(ctx, e.plainEnv(), e.hsbx("exec", "--task", "warm", "--", "true")...).Elapsed
-	}, raw)
-	rows = append(rows, ratioRow("warm `exec -- true`, plain path (`exec_channel = false`) vs `kubectl exec POD -- true`", h, base, 1.05, ""))
-	must(ctx, e.env, e.hsbx("exec", "--task", "warm", "--", "true")...)
-	channelUp(ctx, e, "warm")
-	h, base = pair(ctx, e, *runs, func() time.Duration {
-		return must(ctx, e.env, e.hsbx("exec", "--task", "warm", "--", "true")...).Elapsed
-	}, raw)
-	rows = append(rows, ratioRow("warm `exec -- true` through the exec channel vs `kubectl exec POD -- true`", h, base, 0.15, ""))
+	e.rawExec = "kubectl exec POD -- true"
+	lib, libTimes := libraryExec(ctx, e, func(id string) []string {
+		_, p, _ := strings.Cut(id, "/")
+		return kc("exec", "-i", p, "-c", "sandbox", "--", "sh")
+	})
+	rows := warmExecRows(ctx, e, raw, libTimes)
+	rows = append(rows, lib)
+	var h, base time.Duration
 	get := kc("get", "pods", "-o", "json", "-l", strings.Join(sandbox.Key{Profile: e.profile, Task: "warm"}.Filters(), ","))
 	h, base = pair(ctx, e, *runs,
 		func() time.Duration { return must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Elapsed },
 		func() time.Duration { return must(ctx, os.Environ(), get...).Elapsed })
-	rows = append(rows, ratioRow("warm `up` vs one `kubectl get pods -l` with the same selector", h, base, 1.1, ""))
+	rows = append(rows, ratioRow("warm `up` vs one `kubectl get pods -l` with the same selector", h, base, 1.1, ""),
+		bigOutput(ctx, e, append(kc("exec", pod, "-c", "sandbox", "--"), bigArgv...)))
 	b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)
