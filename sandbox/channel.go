@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,10 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 	if c.Stdin != nil {
 		req.Stdin = c.Stdin
 	}
+	// The caller's own files (the CLI's stdout and stderr): a holder
+	// writes to them itself.
+	req.StdoutFile, _ = c.Stdout.(*os.File)
+	req.StderrFile, _ = c.Stderr.(*os.File)
 	res, err := run(execCtx, req)
 	var be *channel.BrokenError
 	switch {
@@ -113,6 +118,8 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 		return -1, s.channelBroke(ctx, target, token, be), true
 	case err != nil:
 		return -1, err, true
+	case res.WriteErr != nil:
+		return -1, &InterruptedError{Cause: &WriterError{Stream: res.WriteErr.Stream, Err: res.WriteErr}, Killed: res.Killed}, true
 	case res.Interrupted:
 		return -1, &InterruptedError{Cause: context.Cause(execCtx), Killed: res.Killed}, true
 	}

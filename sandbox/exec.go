@@ -454,9 +454,16 @@ func (s *Sandbox) markInUse() (release func()) {
 		return func() {}
 	}
 	release = holdInUse(s.stateDir(), s.key.Hash())
-	touchLastUse(s.stateDir(), s.key.Hash())
+	if now := time.Now().UnixNano(); now-s.touched.Load() >= int64(touchEvery) {
+		s.touched.Store(now)
+		touchLastUse(s.stateDir(), s.key.Hash())
+	}
 	return release
 }
+
+// touchEvery is how often one handle records a use: far finer than any
+// idle window (minutes), and two system calls a command fewer.
+const touchEvery = time.Second
 
 // commandContext is a command's context on either exec path: cancel
 // stops it with a cause (a failed writer), c.Timeout with

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hsbx/hsbx/internal/environ"
@@ -174,6 +175,9 @@ type Sandbox struct {
 	createdNetwork string // network posture of the container create made
 
 	ch channelState
+	// touched is when this handle last recorded a use (unix nanoseconds):
+	// a program running many commands records one a second, not one each.
+	touched atomic.Int64
 }
 
 // Sandbox returns the handle for key made to spec.

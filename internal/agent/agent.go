@@ -38,6 +38,10 @@ func Serve(r io.Reader, w io.Writer, build string) error {
 	// resident after 1,000 commands at the default, against a 10 MiB aim).
 	debug.SetGCPercent(25)
 	a := &agent{w: wire.NewWriter(w), streams: map[uint32]*stream{}, env: os.Environ()}
+	if f, err := os.Open(os.DevNull); err == nil {
+		a.devNull = f // shared by every command without input (opened once)
+		defer f.Close()
+	}
 	if err := a.w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: build}); err != nil {
 		return err
 	}
@@ -59,6 +63,7 @@ type agent struct {
 
 	w       *wire.Writer
 	env     []string
+	devNull *os.File
 	mu      sync.Mutex
 	streams map[uint32]*stream
 }
@@ -192,9 +197,14 @@ func (a *agent) start(id uint32, st wire.Start) {
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code})
 		return
 	}
-	inR, inW, err1 := os.Pipe()
-	outR, outW, err2 := os.Pipe()
-	errR, errW, err3 := os.Pipe()
+	// No input: /dev/null, as the engines give a command without -i
+	// (and one pipe fewer to make).
+	inR, inW, err1 := a.devNull, (*os.File)(nil), error(nil)
+	if st.Stdin || inR == nil {
+		inW, inR, err1 = childPipe(false)
+	}
+	outR, outW, err2 := childPipe(true)
+	errR, errW, err3 := childPipe(true)
 	if err := errors.Join(err1, err2, err3); err != nil {
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: 126, Error: "creating pipes: " + err.Error()})
 		return
@@ -203,11 +213,15 @@ func (a *agent) start(id uint32, st wire.Start) {
 		Dir: st.Dir, Env: env, Files: []*os.File{inR, outW, errW},
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
-	inR.Close()
+	if inW != nil {
+		inR.Close()
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		inW.Close()
+		if inW != nil {
+			inW.Close()
+		}
 		outR.Close()
 		errR.Close()
 		code := 126
@@ -218,16 +232,15 @@ func (a *agent) start(id uint32, st wire.Start) {
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code})
 		return
 	}
-	wire.GrowPipe(outR)
-	wire.GrowPipe(errR)
 	s.proc = p
 	a.mu.Lock()
 	a.streams[id] = s
 	a.mu.Unlock()
 
-	if st.Stdin {
+	switch {
+	case st.Stdin:
 		go s.feed(inW)
-	} else {
+	case inW != nil:
 		inW.Close()
 	}
 	var pumps sync.WaitGroup
@@ -258,6 +271,28 @@ func (a *agent) start(id uint32, st wire.Start) {
 	}()
 }
 
+// childPipe makes a pipe whose one end a child gets: blocking from the
+// start, never in this process's poller (os.Pipe registers both ends and
+// then StartProcess makes the child's blocking again: six system calls a
+// pipe more, for every command). childWrites says which end the child
+// gets: the writing one (its output) or the reading one (its input).
+func childPipe(childWrites bool) (parent, child *os.File, err error) {
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	p, c := fds[0], fds[1] // the parent reads, the child writes
+	if !childWrites {
+		p, c = c, p
+	}
+	if err := syscall.SetNonblock(p, true); err != nil {
+		syscall.Close(p)
+		syscall.Close(c)
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(p), "|0"), os.NewFile(uintptr(c), "|1"), nil
+}
+
 // pump relays one output pipe, within the stream's window.
 func (a *agent) pump(s *stream, f *os.File, t wire.Type) {
 	defer f.Close()
@@ -281,6 +316,9 @@ func (a *agent) pump(s *stream, f *os.File, t wire.Type) {
 			return
 		}
 		if n == len(buf) && len(buf) < wire.Chunk {
+			// Big output: a bigger pipe, so the writer does not stall
+			// while this reader gathers, and bigger reads.
+			wire.GrowPipe(f)
 			buf = make([]byte, wire.Chunk)
 		}
 	}

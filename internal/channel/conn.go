@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -42,6 +43,10 @@ type Request struct {
 	Stdin  io.Reader // nil: the command gets no input
 	Stdout io.Writer // nil: discarded
 	Stderr io.Writer
+	// StdoutFile and StderrFile, when set, are the files behind Stdout
+	// and Stderr. RunVia then passes them to the holder, which writes the
+	// output to them itself: one hop fewer for every byte. Both or none.
+	StdoutFile, StderrFile *os.File
 }
 
 // Result is how a command ended.
@@ -51,6 +56,26 @@ type Result struct {
 	// were killed in the sandbox (Killed of them).
 	Interrupted bool
 	Killed      int
+	// WriteErr says the holder could not write the output to a passed
+	// file (and so stopped the command, like Interrupted).
+	WriteErr *WriteError
+}
+
+// WriteError is a holder's failed write to a file the client passed.
+type WriteError struct {
+	Stream     string // "stdout" or "stderr"
+	Err        string
+	BrokenPipe bool // the reader went away (EPIPE)
+}
+
+func (e *WriteError) Error() string { return "write " + e.Stream + ": " + e.Err }
+
+// Unwrap is syscall.EPIPE for a broken pipe.
+func (e *WriteError) Unwrap() error {
+	if e.BrokenPipe {
+		return syscall.EPIPE
+	}
+	return nil
 }
 
 // KillWait bounds how long Run waits for the agent to confirm a kill.

@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -136,12 +138,23 @@ func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
 		return
 	}
 	w := wire.NewWriter(nc)
-	r := wire.NewReader(nc)
 	down := h.Conn.Err() != nil
 	if w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: h.Conn.Build(), Down: down}) != nil || down {
 		return
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// The client's first bytes are its Start frame, with the files it
+	// passes (if any) riding on them: read them with their ancillary data.
+	first, passed, err := readFirst(nc)
+	defer func() {
+		for _, f := range passed {
+			f.Close()
+		}
+	}()
+	if err != nil {
+		return
+	}
+	r := wire.NewReader(io.MultiReader(bytes.NewReader(first), nc))
 	f, err := r.Read()
 	if err != nil {
 		return
@@ -167,6 +180,20 @@ func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req := Request{Start: st, Stdout: frameWriter{w, wire.TStdout}, Stderr: frameWriter{w, wire.TStderr}}
+	var failed fileFailure
+	if files, ok := outputFiles(st.FDs, passed); ok {
+		// The client's own stdout and stderr: written here, not relayed.
+		// A failed write (its reader went away) stops the command.
+		for stream, f := range files {
+			fw := &fileWriter{f: f, stream: stream, failed: &failed, stop: cancel}
+			if stream == "stdout" {
+				req.Stdout = fw
+			} else {
+				req.Stderr = fw
+			}
+		}
+	}
+	req.Start.FDs = nil
 	var pw *io.PipeWriter
 	if st.Stdin {
 		var pr *io.PipeReader
@@ -211,10 +238,90 @@ func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
 	case err != nil:
 		exit.Error = err.Error()
 	}
+	if we := failed.get(); we != nil {
+		exit.WriteFailed, exit.WriteError, exit.BrokenPipe = we.Stream, we.Err, we.BrokenPipe
+	}
 	_ = w.WriteJSON(wire.TExit, 0, exit)
 	if pw != nil {
 		pw.Close()
 	}
+}
+
+// readFirst reads the first bytes a client sends with the files passed
+// on them (SCM_RIGHTS; close-on-exec, as Go receives them): at most two.
+func readFirst(nc *net.UnixConn) ([]byte, []*os.File, error) {
+	buf := make([]byte, 4<<10)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	n, oobn, _, _, err := nc.ReadMsgUnix(buf, oob)
+	var files []*os.File
+	if oobn > 0 {
+		msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
+		for _, m := range msgs {
+			fds, _ := syscall.ParseUnixRights(&m)
+			for _, fd := range fds {
+				files = append(files, os.NewFile(uintptr(fd), "passed"))
+			}
+		}
+	}
+	if n == 0 && err != nil {
+		return nil, files, err
+	}
+	return buf[:n], files, nil
+}
+
+// outputFiles pairs the files a client passed with the streams its Start
+// names: exactly one each of stdout and stderr, or nothing is used.
+func outputFiles(names []string, passed []*os.File) (map[string]*os.File, bool) {
+	if len(names) != 2 || len(passed) != 2 || names[0] == names[1] {
+		return nil, false
+	}
+	files := map[string]*os.File{}
+	for i, n := range names {
+		if n != "stdout" && n != "stderr" {
+			return nil, false
+		}
+		files[n] = passed[i]
+	}
+	return files, true
+}
+
+// fileWriter writes a command's output to a file the client passed; the
+// first failure is kept and stops the command.
+type fileWriter struct {
+	f      *os.File
+	stream string
+	failed *fileFailure
+	stop   context.CancelFunc
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	if w.failed.get() != nil {
+		return len(p), nil // stopping: drop the rest
+	}
+	if _, err := w.f.Write(p); err != nil {
+		w.failed.set(&WriteError{Stream: w.stream, Err: err.Error(), BrokenPipe: errors.Is(err, syscall.EPIPE)})
+		w.stop()
+	}
+	return len(p), nil
+}
+
+type fileFailure struct {
+	mu  sync.Mutex
+	err *WriteError
+}
+
+func (f *fileFailure) set(e *WriteError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = e
+	}
+}
+
+func (f *fileFailure) get() *WriteError {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
 
 type frameWriter struct {
@@ -251,7 +358,7 @@ func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
 	}
 	_ = nc.SetReadDeadline(time.Time{})
 	req.Start.Stdin = req.Stdin != nil
-	if err := w.WriteJSON(wire.TStart, 0, req.Start); err != nil {
+	if err := sendStart(nc, w, &req); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
 	}
 	if req.Stdin != nil {
@@ -297,6 +404,10 @@ func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
 				return res, &BrokenError{Err: err}
 			}
 			res.Code, res.Killed = e.Code, e.Killed
+			if e.WriteFailed != "" {
+				res.Interrupted = true
+				res.WriteErr = &WriteError{Stream: e.WriteFailed, Err: e.WriteError, BrokenPipe: e.BrokenPipe}
+			}
 			switch {
 			case e.NotDelivered:
 				return res, fmt.Errorf("%w: %s", ErrNotDelivered, e.Error)
@@ -315,6 +426,44 @@ func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
 			return res, &BrokenError{Err: fmt.Errorf("the holder did not confirm the kill within %s", KillWait)}
 		}
 	}
+}
+
+// sendStart sends req's Start frame, passing the caller's stdout and
+// stderr files with it when it has both (the holder then writes to them
+// itself). A holder that does not take them receives none (the kernel
+// closes what a plain read leaves) and sends the output in frames.
+func sendStart(nc *net.UnixConn, w *wire.Writer, req *Request) error {
+	if req.StdoutFile == nil || req.StderrFile == nil {
+		return w.WriteJSON(wire.TStart, 0, req.Start)
+	}
+	st := req.Start
+	st.FDs = []string{"stdout", "stderr"}
+	var frame bytes.Buffer
+	if err := wire.NewWriter(&frame).WriteJSON(wire.TStart, 0, st); err != nil {
+		return err
+	}
+	// The descriptors through RawConn, not Fd, which would make a
+	// non-blocking one blocking (and the caller's caller's with it).
+	var err error
+	cerr := withFD(req.StdoutFile, func(out int) {
+		err = withFD(req.StderrFile, func(errFD int) {
+			var n int
+			n, _, err = nc.WriteMsgUnix(frame.Bytes(), syscall.UnixRights(out, errFD), nil)
+			if err == nil && n < frame.Len() {
+				_, err = nc.Write(frame.Bytes()[n:])
+			}
+		})
+	})
+	return errors.Join(cerr, err)
+}
+
+// withFD runs fn with f's descriptor, valid for the call.
+func withFD(f *os.File, fn func(fd int)) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Control(func(fd uintptr) { fn(int(fd)) })
 }
 
 // Shutdown asks the holder at socket to end (stop and down do, so no

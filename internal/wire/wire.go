@@ -104,6 +104,11 @@ type Start struct {
 	// Marker is a "NAME=token" the process and its children carry, so
 	// Signal reaches processes that left the process group.
 	Marker string `json:"marker,omitempty"`
+	// FDs (client → holder) names the streams, "stdout" and "stderr", of
+	// the files the client passed with this frame (SCM_RIGHTS, in this
+	// order): the holder writes that output to them itself instead of
+	// sending it back in frames. A holder that took none sends frames.
+	FDs []string `json:"fds,omitempty"`
 }
 
 // Exit ends a stream.
@@ -117,6 +122,12 @@ type Exit struct {
 	// NotDelivered (holder → client) says the Start never reached the
 	// agent: the client may run the command another way.
 	NotDelivered bool `json:"not_delivered,omitempty"`
+	// WriteFailed (holder → client) names the stream whose passed file
+	// could not be written (WriteError says why; BrokenPipe: its reader
+	// went away): the holder stopped the command.
+	WriteFailed string `json:"write_failed,omitempty"`
+	WriteError  string `json:"write_error,omitempty"`
+	BrokenPipe  bool   `json:"broken_pipe,omitempty"`
 }
 
 // ErrTooLarge is returned for a frame whose payload exceeds MaxPayload.

@@ -1,0 +1,164 @@
+package channel
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/wire"
+)
+
+// serve runs a Holder for an in-process agent on a socket in a private
+// directory and returns the socket.
+func serve(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "h.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Holder{Conn: pair(t), Listener: ln, Idle: time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return sock
+}
+
+// outputPipes are the files a CLI's stdout and stderr would be, read
+// into buffers until the write ends close.
+func outputPipes(t *testing.T) (outW, errW *os.File, wait func() (string, string)) {
+	t.Helper()
+	outR, outW, err1 := os.Pipe()
+	errR, errW, err2 := os.Pipe()
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(&out, outR); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(&errb, errR); done <- struct{}{} }()
+	return outW, errW, func() (string, string) {
+		outW.Close()
+		errW.Close()
+		<-done
+		<-done
+		return out.String(), errb.String()
+	}
+}
+
+// The CLI passes its own stdout and stderr: the holder writes the output
+// there itself, byte for byte and in order, and nothing comes back
+// through the socket.
+func TestRunViaPassesTheCallersFiles(t *testing.T) {
+	sock := serve(t)
+	outW, errW, wait := outputPipes(t)
+	var relayed bytes.Buffer
+	big := strings.Repeat("0123456789abcde\n", 1<<16) // 1 MiB
+	res, err := RunVia(context.Background(), sock, Request{
+		Start:  wire.Start{Argv: []string{"sh", "-c", "printf out; printf err >&2; yes 0123456789abcde | head -c 1048576; exit 3"}},
+		Stdout: &relayed, Stderr: &relayed, StdoutFile: outW, StderrFile: errW,
+	})
+	if err != nil || res.Code != 3 {
+		t.Fatalf("RunVia: code %d, %v; want 3, nil", res.Code, err)
+	}
+	out, errs := wait()
+	if out != "out"+big || errs != "err" {
+		t.Errorf("stdout %d bytes (want %d), stderr %q (want \"err\")", len(out), len("out"+big), errs)
+	}
+	if relayed.Len() != 0 {
+		t.Errorf("%d bytes came back through the socket; want none (the holder writes to the passed files)", relayed.Len())
+	}
+}
+
+// A reader that goes away (| head) makes the holder's write fail: it
+// stops the command and says which stream broke and that it was a
+// broken pipe, as the CLI's own write would have (exit 141).
+func TestRunViaPassedFileBrokenPipeStopsTheCommand(t *testing.T) {
+	sock := serve(t)
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errW, wait := outputPipes(t)
+	defer wait()
+	go func() {
+		buf := make([]byte, 5)
+		_, _ = io.ReadFull(outR, buf)
+		outR.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := RunVia(ctx, sock, Request{
+		Start:      wire.Start{Argv: []string{"sh", "-c", "while :; do echo y; done"}},
+		StdoutFile: outW, StderrFile: errW, Stdout: io.Discard, Stderr: io.Discard,
+	})
+	outW.Close()
+	if err != nil {
+		t.Fatalf("RunVia: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the command ran on after its reader went away")
+	}
+	if res.WriteErr == nil || res.WriteErr.Stream != "stdout" || !errors.Is(res.WriteErr, syscall.EPIPE) || !res.Interrupted || res.Killed < 1 {
+		t.Errorf("result %+v (write error %v); want the stdout write failing with EPIPE and the command killed", res, res.WriteErr)
+	}
+}
+
+// A holder that reads without taking passed files (an hsbx from before
+// they were passed) gets none — the kernel closes them — and sends the
+// output in frames, which the client writes to Stdout and Stderr.
+func TestRunViaToAHolderThatTakesNoFiles(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "old.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	gotFDs := make(chan []string, 1)
+	go func() {
+		nc, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		w, r := wire.NewWriter(nc), wire.NewReader(nc) // plain reads, as before
+		_ = w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto})
+		f, err := r.Read()
+		var st wire.Start
+		if err != nil || wire.Decode(f, &st) != nil {
+			gotFDs <- nil
+			return
+		}
+		gotFDs <- st.FDs
+		_ = w.Write(wire.TStdout, 0, []byte("framed out"))
+		_ = w.Write(wire.TStderr, 0, []byte("framed err"))
+		_ = w.WriteJSON(wire.TExit, 0, wire.Exit{Code: 0})
+	}()
+	outW, errW, wait := outputPipes(t)
+	var out, errb bytes.Buffer
+	res, err := RunVia(context.Background(), sock, Request{Start: wire.Start{Argv: []string{"true"}},
+		Stdout: &out, Stderr: &errb, StdoutFile: outW, StderrFile: errW})
+	if err != nil || res.Code != 0 {
+		t.Fatalf("RunVia: %d, %v", res.Code, err)
+	}
+	if fds := <-gotFDs; len(fds) != 2 {
+		t.Errorf("the Start named %q; want the two passed streams", fds)
+	}
+	if out.String() != "framed out" || errb.String() != "framed err" {
+		t.Errorf("relayed stdout %q, stderr %q; want the framed output", out.String(), errb.String())
+	}
+	if o, e := wait(); o != "" || e != "" {
+		t.Errorf("the passed files got %q / %q; want nothing (that holder did not take them)", o, e)
+	}
+}
