@@ -91,6 +91,7 @@ cross:
 	@for p in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64; do echo "build $$p"; \
 	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/hsbx || exit 1; \
 	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build . ./sandbox ./reaper ./config || exit 1; done
+	@echo "vet darwin/arm64 (tests included)"; CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) vet ./...
 
 # The agents hsbx carries for linux/amd64 and linux/arm64: reproducible
 # with the Go release in internal/agentbin/toolchain.txt; commit them.

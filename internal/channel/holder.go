@@ -251,18 +251,9 @@ func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
 // on them (SCM_RIGHTS; close-on-exec, as Go receives them): at most two.
 func readFirst(nc *net.UnixConn) ([]byte, []*os.File, error) {
 	buf := make([]byte, 4<<10)
-	oob := make([]byte, syscall.CmsgSpace(4*4))
+	oob := make([]byte, rightsSpace(4))
 	n, oobn, _, _, err := nc.ReadMsgUnix(buf, oob)
-	var files []*os.File
-	if oobn > 0 {
-		msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
-		for _, m := range msgs {
-			fds, _ := syscall.ParseUnixRights(&m)
-			for _, fd := range fds {
-				files = append(files, os.NewFile(uintptr(fd), "passed"))
-			}
-		}
-	}
+	files := parseRights(oob[:oobn])
 	if n == 0 && err != nil {
 		return nil, files, err
 	}
@@ -433,7 +424,7 @@ func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
 // itself). A holder that does not take them receives none (the kernel
 // closes what a plain read leaves) and sends the output in frames.
 func sendStart(nc *net.UnixConn, w *wire.Writer, req *Request) error {
-	if req.StdoutFile == nil || req.StderrFile == nil {
+	if req.StdoutFile == nil || req.StderrFile == nil || !canPassFiles {
 		return w.WriteJSON(wire.TStart, 0, req.Start)
 	}
 	st := req.Start
@@ -448,7 +439,7 @@ func sendStart(nc *net.UnixConn, w *wire.Writer, req *Request) error {
 	cerr := withFD(req.StdoutFile, func(out int) {
 		err = withFD(req.StderrFile, func(errFD int) {
 			var n int
-			n, _, err = nc.WriteMsgUnix(frame.Bytes(), syscall.UnixRights(out, errFD), nil)
+			n, _, err = nc.WriteMsgUnix(frame.Bytes(), unixRights(out, errFD), nil)
 			if err == nil && n < frame.Len() {
 				_, err = nc.Write(frame.Bytes()[n:])
 			}
