@@ -546,13 +546,18 @@ func (f *fake) kexec(ns string, args []string) int {
 	if len(cmd) == 0 {
 		return f.kusage("you must specify at least one command for the container")
 	}
-	if wrapped && !builtins[cmd[0]] {
-		fmt.Fprintf(f.stderr, "/bin/sh: exec: line 11: %s: not found\n", cmd[0]) // the wrapper's exec, as in the Pod
+	if wrapped && !builtins[cmd[0]] { // the wrapper's exec, as busybox sh in the Pod says it
+		if _, code := startFailure(cmd[0]); code == 126 {
+			fmt.Fprintf(f.stderr, "/bin/sh: exec: line 11: %s: Permission denied\n", cmd[0])
+			return f.kstatus(126)
+		}
+		fmt.Fprintf(f.stderr, "/bin/sh: exec: line 11: %s: not found\n", cmd[0])
 		return f.kstatus(127)
 	}
 	if !wrapped && !builtins[cmd[0]] {
 		// the runtime's exec of a missing executable: kubectl's internal error
-		fmt.Fprintf(f.stderr, "error: Internal error occurred: Internal error occurred: error executing command in container: failed to exec in container: failed to start exec %q: OCI runtime exec failed: exec failed: unable to start container process: exec: %q: executable file not found in $PATH: unknown\n", c.ID, cmd[0])
+		what, _ := startFailure(cmd[0])
+		fmt.Fprintf(f.stderr, "error: Internal error occurred: Internal error occurred: error executing command in container: failed to exec in container: failed to start exec %q: OCI runtime exec failed: exec failed: unable to start container process: %s: unknown\n", c.ID, what)
 		return 1
 	}
 	if strings.Contains(strings.Join(cmd, " "), "sort -u") && strings.Contains(strings.Join(cmd, " "), "/proc/[0-9]*") {

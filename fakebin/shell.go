@@ -172,10 +172,21 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 			break // an image without a shell
 		}
 		return s.sh(cmd[1:]), false
-	case "/etc/passwd", "/etc/group":
-		return s.f.ociError(fmt.Sprintf("exec: %q: permission denied", cmd[0]), 126), true
 	}
-	return s.f.ociError(fmt.Sprintf("exec: %q: executable file not found in $PATH", cmd[0]), 127), true
+	what, code := startFailure(cmd[0])
+	return s.f.ociError(what, code), true
+}
+
+// startFailure is runc's reason for not starting name (a command the fake
+// does not know), and the status podman gives it: runc's words, captured.
+func startFailure(name string) (string, int) {
+	switch {
+	case name == "/etc/passwd" || name == "/etc/group" || name == "/" || name == "/etc" || name == "/tmp":
+		return fmt.Sprintf("exec: %q: permission denied", name), 126
+	case strings.Contains(name, "/"):
+		return fmt.Sprintf("exec: %q: stat %s: no such file or directory", name, name), 127
+	}
+	return fmt.Sprintf("exec: %q: executable file not found in $PATH", name), 127
 }
 
 // sh handles `sh [-l] [-c SCRIPT]`; without -c it reads nothing and exits 0.

@@ -193,7 +193,7 @@ func (a *agent) start(id uint32, st wire.Start) {
 	}
 	path, code, err := lookPath(st.Argv, env, st.Dir)
 	if err != nil {
-		_ = a.w.Write(wire.TStderr, id, []byte("hsbx agent: "+err.Error()+"\n"))
+		_ = a.w.Write(wire.TStderr, id, []byte("hsbx: "+err.Error()+"\n"))
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code})
 		return
 	}
@@ -228,7 +228,7 @@ func (a *agent) start(id uint32, st wire.Start) {
 		if errors.Is(err, os.ErrNotExist) && st.Dir == "" {
 			code = 127
 		}
-		_ = a.w.Write(wire.TStderr, id, []byte("hsbx agent: "+startMessage(st, err)+"\n"))
+		_ = a.w.Write(wire.TStderr, id, []byte("hsbx: "+startMessage(st, err)+"\n"))
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code})
 		return
 	}

@@ -168,10 +168,32 @@ func TestExec(t *testing.T) {
 		if err != nil || code != 0 || out != "s3cr3t-run s3cr3t-exec\n" {
 			t.Errorf("env: %d %q %v", code, out, err)
 		}
-		// A command that does not exist: the engine's 126/127, passed through.
-		code, _, _, err = exec(nil, "hsbx-no-such-command")
-		if err != nil || (code != 126 && code != 127) {
-			t.Errorf("missing command: %d %v", code, err)
+		// A command the runtime cannot start: the shell's status (docker
+		// says 126 for all) and, from the engines, the exec channel's words
+		// in place of the runtime's line (docker prints it on stdout).
+		for _, c := range []struct {
+			argv []string
+			code int
+			msg  string
+		}{
+			{[]string{"hsbx-no-such-command"}, 127, `hsbx: exec: "hsbx-no-such-command": executable file not found in $PATH`},
+			{[]string{"/hsbx-no-such-dir/x", "a"}, 127, `hsbx: exec: "/hsbx-no-such-dir/x": no such file or directory`},
+			{[]string{"/etc"}, 126, `hsbx: exec: "/etc": permission denied`},
+		} {
+			code, out, errOut, err := exec(nil, c.argv...)
+			if err != nil || code != c.code {
+				t.Errorf("%q: exit %d %v, want %d", c.argv, code, err, c.code)
+			}
+			if !kube(tg) && (out != "" || errOut != c.msg+"\n") {
+				t.Errorf("%q: stdout %q stderr %q, want only %q on stderr", c.argv, out, errOut, c.msg)
+			}
+		}
+		// The runtime's words printed by a command with more after them are
+		// the command's output, delivered intact with its own status.
+		oci := `OCI runtime exec failed: exec failed: unable to start container process: exec: "x": executable file not found in $PATH: unknown`
+		code, out, _, err = exec(nil, "sh", "-c", "echo '"+oci+"'; echo more; exit 126")
+		if err != nil || code != 126 || out != oci+"\nmore\n" {
+			t.Errorf("a command printing the runtime's line: %d %q %v", code, out, err)
 		}
 		// Output that only looks like an engine error is the command's: delivered intact.
 		code, out, errOut, err = exec(nil, "sh", "-c", "echo 'Error: No such container: x' >&2; echo after >&2; echo done")

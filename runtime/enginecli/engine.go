@@ -21,6 +21,7 @@ import (
 
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/startfail"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -423,14 +424,47 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	args = append(args, s.Cmd...)
 	argv := append([]string{e.bin}, args...)
 	var stderr *HoldWriter
-	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Stdout: s.Stdout, Timeout: s.Timeout}
+	var holds []*startHold // stdout, stderr
+	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Timeout: s.Timeout}
+	// (Not on a terminal: the client needs its own stdout there, and the
+	// runtime's line is one the user reads anyway.)
+	if s.Stdout != nil && s.TTY {
+		cmd.Stdout = s.Stdout
+	} else if s.Stdout != nil {
+		h := newStartHold(s.Stdout)
+		holds = append(holds, h)
+		cmd.Stdout = h
+	}
 	if s.Stderr != nil {
 		stderr = NewHoldWriter(s.Stderr, func(line string) bool {
 			return e.d.Classify(OpExec, e.d.ExecErrorCode(), line) != nil
 		})
 		cmd.Stderr = stderr
+		if !s.TTY {
+			h := newStartHold(stderr)
+			holds = append(holds, h)
+			cmd.Stderr = h
+		}
 	}
 	res, err := e.runner.Run(ctx, cmd)
+	// A command the runtime could not start: the agent's status and words.
+	var failed *startfail.Failure
+	for _, h := range holds {
+		code := -1
+		if err == nil {
+			code = res.ExitCode
+		}
+		if f := h.finish(code); f != nil && failed == nil {
+			failed = f
+		}
+	}
+	if failed != nil {
+		if stderr != nil {
+			stderr.Finish(false)
+			_, _ = io.WriteString(s.Stderr, failed.Message()+"\n")
+		}
+		return failed.Code, nil
+	}
 	var kind error
 	if err == nil && res.ExitCode != 0 {
 		kind = e.d.Classify(OpExec, res.ExitCode, string(res.Stderr))

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hsbx/hsbx/internal/startfail"
 	"regexp"
 	"strconv"
 	"strings"
@@ -247,8 +248,8 @@ func ExecStatus(code int, stderr string) (int, error) {
 			return n, nil
 		}
 	}
-	if strings.Contains(last, "executable file not found") || strings.Contains(last, "no such file or directory") && strings.Contains(last, "exec:") {
-		return 127, nil
+	if f, ok := startfail.Parse(last); ok {
+		return f.Code, nil
 	}
 	return -1, Classify(code, stderr)
 }
