@@ -47,6 +47,19 @@ func SocketPath(dir string, parts ...string) string {
 	return filepath.Join(dir, hex.EncodeToString(h[:])[:24]+".sock")
 }
 
+// maxSocketPath is the longest path a unix socket can be bound to: 108
+// bytes of sun_path on Linux, 104 on macOS, less the terminating NUL.
+const maxSocketPath = 103
+
+// SocketPathFits says whether holders' sockets in dir (SocketPath) fit a
+// unix socket's address; macOS's long $TMPDIR can exceed it.
+func SocketPathFits(dir string) error {
+	if p := SocketPath(dir, ""); len(p) > maxSocketPath {
+		return fmt.Errorf("the exec channel's socket path %s is %d bytes, more than a unix socket takes (%d); set XDG_RUNTIME_DIR or TMPDIR to a shorter directory", p, len(p), maxSocketPath)
+	}
+	return nil
+}
+
 // Holder serves one Conn on a listener.
 type Holder struct {
 	Conn     *Conn

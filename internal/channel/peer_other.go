@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package channel
 
@@ -7,5 +7,10 @@ import (
 	"net"
 )
 
-// checkPeer: the channel is Linux-only (Open refuses elsewhere).
-func checkPeer(c *net.UnixConn) error { return errors.New("the exec channel needs a Linux host") }
+// checkPeer: no peer check is written for this OS (Windows has AF_UNIX but
+// no peer credentials), so nothing is accepted or trusted: the CLI's
+// holder does not run here (the Go package's in-process channel needs no
+// socket).
+func checkPeer(c *net.UnixConn) error {
+	return errors.New("the exec channel's socket needs a Linux or macOS host (peer credentials)")
+}

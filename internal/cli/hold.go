@@ -240,11 +240,11 @@ func (a *App) socketDir() (*privdir.Dir, error) {
 // holders live in a private socket directory (socketDir), and a plain
 // exec starts one (this binary, `hold`). Without a holder a CLI process
 // would pay more to open a channel than its one command saves, so on a
-// host where holders cannot run (not Linux: no peer-checked unix socket
-// yet) the CLI takes the plain path.
+// host where holders cannot run (see holdersRunHere) the CLI takes the
+// plain path.
 func (a *App) channelConfig(c *sandbox.Config) {
 	c.Channel, c.Agent, c.HolderDir, c.StartHolder = false, "", "", nil
-	if !a.Cfg.ExecChannel.Value || goruntime.GOOS != "linux" {
+	if !a.Cfg.ExecChannel.Value || !holdersRunHere() {
 		return
 	}
 	self, err := os.Executable()
@@ -252,6 +252,9 @@ func (a *App) channelConfig(c *sandbox.Config) {
 		return
 	}
 	dir, err := a.socketDir()
+	if err == nil {
+		err = channel.SocketPathFits(dir.FDPath())
+	}
 	if err != nil {
 		a.warnChannelOff(err)
 		return
@@ -273,6 +276,11 @@ func (a *App) channelConfig(c *sandbox.Config) {
 		}
 	}
 }
+
+// holdersRunHere: the CLI's holders listen on a unix socket whose peers
+// are checked by the kernel's credentials — Linux (SO_PEERCRED) and macOS
+// (LOCAL_PEERCRED). Windows has AF_UNIX but no peer credentials.
+func holdersRunHere() bool { return goruntime.GOOS == "linux" || goruntime.GOOS == "darwin" }
 
 // warnChannelOff says once why the exec channel is off: a socket
 // directory another user could change is a reason to say so loudly.
@@ -296,10 +304,14 @@ func (a *App) channelVerdict() string {
 	if !a.Cfg.ExecChannel.Value {
 		return "off (exec_channel = false)"
 	}
-	if goruntime.GOOS != "linux" {
-		return "unavailable: the exec channel needs a Linux host"
+	if !holdersRunHere() {
+		return "unavailable: the CLI's exec channel needs a Linux or macOS host (no peer-checked socket on " + goruntime.GOOS + "; the Go package has the channel there)"
 	}
-	if _, err := a.socketDir(); err != nil {
+	dir, err := a.socketDir()
+	if err == nil {
+		err = channel.SocketPathFits(dir.FDPath())
+	}
+	if err != nil {
 		return "unavailable: " + err.Error()
 	}
 	a.channelConfig(&c)
