@@ -287,26 +287,12 @@ func Main(ctx context.Context, env Env) int {
 	if code, ok := completeLine(ctx, env); ok {
 		return code
 	}
-	exitCode := -1
-	kctx, g, err := parse(env, &exitCode)
-	if exitCode >= 0 { // --help or --version ran and asked to exit
-		return exitCode
-	}
-	var ie *internalError
-	if errors.As(err, &ie) {
-		fmt.Fprintf(env.Stderr, "hsbx: %v\n", err)
-		return ExitError
-	}
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "hsbx: %v\n  hint: run 'hsbx --help' (or 'hsbx COMMAND --help') for usage; nothing was done\n", err)
-		return ExitUsage
-	}
-	flags := g.flags()
-	if s, ok := kctx.Selected().Target.Addr().Interface().(settingFlags); ok {
-		flags = append(flags, s.settingFlags()...)
+	g, command, flags, run, code := parseCommand(env)
+	if code >= 0 {
+		return code
 	}
 	app := &App{G: g, Env: env}
-	if cmd := kctx.Command(); cmd == "version" || strings.HasPrefix(cmd, "completion") { // never fail on a bad configuration
+	if command == "version" || strings.HasPrefix(command, "completion") { // never fail on a bad configuration
 		app.Cfg = &config.Config{Settings: config.Defaults()}
 	} else {
 		cfg, err := config.Load(config.Options{File: g.Config, Getenv: app.lookupEnv, Flags: flags})
@@ -329,11 +315,42 @@ func Main(ctx context.Context, env Env) int {
 		}
 	}
 	app.Log = newLogger(logTo, app.Cfg.LogLevel.Value)
-	kctx.BindTo(ctx, (*context.Context)(nil))
-	if err := kctx.Run(app); err != nil {
+	if err := run(ctx, app); err != nil {
 		return report(ctx, env.Stderr, err)
 	}
 	return ExitOK
+}
+
+// parseCommand reads the command line: the globals, the command's name,
+// the setting flags given and how to run it — or an exit code (>= 0) when
+// it is done already (help, version, a usage error, reported).
+func parseCommand(env Env) (g *Globals, command string, flags []config.Flag, run func(context.Context, *App) error, code int) {
+	if fg, fc, ok := fastExec(env.Args); ok {
+		return &fg, "exec", append(fg.flags(), fc.settingFlags()...), fc.Run, -1
+	}
+	exitCode := -1
+	kctx, g, err := parse(env, &exitCode)
+	if exitCode >= 0 { // --help or --version ran and asked to exit
+		return nil, "", nil, nil, exitCode
+	}
+	var ie *internalError
+	if errors.As(err, &ie) {
+		fmt.Fprintf(env.Stderr, "hsbx: %v\n", err)
+		return nil, "", nil, nil, ExitError
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "hsbx: %v\n  hint: run 'hsbx --help' (or 'hsbx COMMAND --help') for usage; nothing was done\n", err)
+		return nil, "", nil, nil, ExitUsage
+	}
+	flags = g.flags()
+	if s, ok := kctx.Selected().Target.Addr().Interface().(settingFlags); ok {
+		flags = append(flags, s.settingFlags()...)
+	}
+	run = func(ctx context.Context, app *App) error {
+		kctx.BindTo(ctx, (*context.Context)(nil))
+		return kctx.Run(app)
+	}
+	return g, kctx.Command(), flags, run, -1
 }
 
 // durationMapper decodes duration flags like every other hsbx duration:

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// kongExec parses args with exec's kong grammar, as parse does first.
+func kongExec(args []string) (Globals, ExecCmd, bool) {
+	var g execGrammar
+	quiet := -1
+	p, err := newParser(&g, Env{Stdout: io.Discard, Stderr: io.Discard}, &quiet)
+	if err != nil {
+		panic(err)
+	}
+	kctx, err := p.Parse(args)
+	if err != nil || quiet >= 0 || kctx.Selected() == nil || kctx.Selected().Name != "exec" {
+		return Globals{}, ExecCmd{}, false
+	}
+	c := g.Exec
+	if len(c.Cmd) > 0 && c.Cmd[0] == "--" {
+		c.Cmd = c.Cmd[1:]
+	}
+	if c.Cmd == nil {
+		c.Cmd = []string{}
+	}
+	return g.Globals, c, true
+}
+
+// agree checks that whatever fastExec takes, kong takes the same way.
+func agree(t *testing.T, args []string) bool {
+	t.Helper()
+	fg, fc, ok := fastExec(args)
+	if !ok {
+		return false
+	}
+	kg, kc, kok := kongExec(args)
+	if !kok {
+		t.Fatalf("fastExec took %q, kong refuses it", args)
+	}
+	if fc.Cmd == nil {
+		fc.Cmd = []string{}
+	}
+	// kong makes every argument valid UTF-8, byte by byte (U+FFFD); so do
+	// the engines and the channel's JSON, so no path keeps other bytes.
+	v := func(s string) string { return string([]rune(s)) }
+	fg.Runtime, fg.Config, fg.LogLevel, fg.EngineTimeout, fg.KubeContext, fg.KubeNamespace = v(fg.Runtime), v(fg.Config), v(fg.LogLevel), v(fg.EngineTimeout), v(fg.KubeContext), v(fg.KubeNamespace)
+	fg.Profile.Value, fc.Task.Value, fc.Workdir, fc.Timeout = v(fg.Profile.Value), v(fc.Task.Value), v(fc.Workdir), v(fc.Timeout)
+	for i := range fc.Env {
+		fc.Env[i] = v(fc.Env[i])
+	}
+	for i := range fc.Cmd {
+		fc.Cmd[i] = v(fc.Cmd[i])
+	}
+	if !reflect.DeepEqual(fg, kg) || !reflect.DeepEqual(fc, kc) {
+		t.Fatalf("%q:\n fast %+v %+v\n kong %+v %+v", args, fg, fc, kg, kc)
+	}
+	return true
+}
+
+func TestFastExecAgreesWithKong(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		fast bool
+	}{
+		{"exec -- true", true},
+		{"exec -- sh -c 'x'", true},
+		{"exec --task t1 -- true", true},
+		{"exec --task=t1 -i -w /tmp -e A=b,c=d -e B --timeout 5s -- cat", true},
+		{"--runtime podman --profile p exec --task t -- true", true},
+		{"--json exec -- true", true},
+		{"exec --json -t --interactive --tty -- x", true},
+		{"exec --env=K=V=W --workdir=/w -- x --task y -- z", true},
+		{"--log-level debug --engine-timeout 30s --config /c exec --kube-context k --kube-namespace n -- x", true},
+		{"exec --task t --task u -- x", true},
+		{"exec --", true},
+		// left to kong
+		{"exec true", false},
+		{"exec -it -- x", false},
+		{"exec -e=K=V -- x", false},
+		{"exec --task -- x", false},
+		{"exec --task '' -- x", false},
+		{"exec --task -x -- x", false},
+		{"-i exec -- x", false},
+		{"--task t exec -- x", false},
+		{"exec --help -- x", false},
+		{"--version exec -- x", false},
+		{"exec --nope -- x", false},
+		{"exec -i=1 -- x", false},
+		{"exec exec -- x", false},
+		{"up -- x", false},
+		{"-- exec x", false},
+		{"exec --task", false},
+	} {
+		args := splitLine(c.line)
+		if got := agree(t, args); got != c.fast {
+			t.Errorf("%q: fast %v, want %v", c.line, got, c.fast)
+		}
+	}
+}
+
+// splitLine splits on spaces, with '...' for one word (possibly empty).
+func splitLine(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		s = strings.TrimLeft(s, " ")
+		if s == "" {
+			break
+		}
+		if s[0] == '\'' {
+			end := strings.IndexByte(s[1:], '\'')
+			out = append(out, s[1:end+1])
+			s = s[end+2:]
+			continue
+		}
+		w, rest, _ := strings.Cut(s, " ")
+		out = append(out, w)
+		s = rest
+	}
+	return out
+}
+
+func FuzzFastExec(f *testing.F) {
+	for _, s := range []string{"exec\x00--\x00true", "--runtime\x00podman\x00exec\x00--task=t\x00-e\x00A=b\x00--\x00x", "exec\x00-i\x00-t\x00--json\x00--\x00a\x00--\x00b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		args := strings.Split(s, "\x00")
+		if len(args) > 40 {
+			return
+		}
+		agree(t, args)
+	})
+}
