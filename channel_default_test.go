@@ -2,7 +2,9 @@ package hsbx_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,8 +97,41 @@ func TestGoPackageChannelByDefault(t *testing.T) {
 			if err := rt.Remove(ctx, true, cur.ID); err != nil {
 				t.Fatal(err)
 			}
-			if again := up("recreated"); again == cur.ID {
+			again := up("recreated")
+			if again == cur.ID {
 				t.Fatalf("the sandbox was not recreated: %s", again)
+			}
+			// Restarted right after a command, and the next command sent at
+			// once (no Ensure between): the channel's agent is gone before
+			// the command is sent, so it never ran there; it runs once (the
+			// plain path), not an error, and the channel comes back.
+			if tg.Kube.Namespace == "" {
+				for i := range 5 {
+					if tg.Fake { // the fakes have no restart
+						if err := rt.Stop(ctx, again, 0); err != nil {
+							t.Fatal(err)
+						}
+						if err := rt.Start(ctx, again); err != nil {
+							t.Fatal(err)
+						}
+					} else { // one call, as a user or the engine would
+						cmd := exec.Command(tg.Bin, "restart", "-t", "0", again)
+						cmd.Env = env // the client environment hsbx gave the engine
+						if b, err := cmd.CombinedOutput(); err != nil {
+							t.Fatalf("restart: %v: %s", err, b)
+						}
+					}
+					var out strings.Builder
+					file := fmt.Sprintf("/tmp/hsbx-runs-%s-%d", filepath.Base(dir), i)
+					if tg.Fake { // the fakes' commands run on this host
+						t.Cleanup(func() { os.Remove(file) })
+					}
+					code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo run >>" + file + "; wc -l <" + file}, Stdout: &out})
+					if err != nil || code != 0 || strings.TrimSpace(out.String()) != "1" {
+						t.Fatalf("restart %d: the first command after it: %d %q %v (want it run once)", i, code, out.String(), err)
+					}
+					up(fmt.Sprintf("after restart %d", i))
+				}
 			}
 		})
 	}

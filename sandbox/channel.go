@@ -36,7 +36,8 @@ type HolderSpec struct {
 type channelState struct {
 	mu          sync.Mutex
 	conn        *channel.Conn
-	id          string // the container the conn reaches
+	id          string    // the container the conn reaches
+	opened      time.Time // when conn's agent started (this host's clock)
 	unavailable string // why the agent cannot run in container unavailID (no retry there)
 	unavailID   string
 	holderTried atomic.Bool
@@ -82,7 +83,7 @@ var endpointVars = []string{"DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "C
 // execChannel runs c through the channel to container target. ok false:
 // the command was not sent (no channel here); run it the plain way.
 func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env map[string]string) (code int, err error, ok bool) {
-	run, ok := s.channelRunner(ctx, target)
+	run, opened, ok := s.channelRunner(ctx, target)
 	if !ok {
 		return 0, nil, false
 	}
@@ -106,6 +107,7 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 	// writes to them itself.
 	req.StdoutFile, _ = c.Stdout.(*os.File)
 	req.StderrFile, _ = c.Stderr.(*os.File)
+	began := time.Now()
 	res, err := run(execCtx, req)
 	var be *channel.BrokenError
 	switch {
@@ -115,7 +117,12 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 		return 0, nil, false
 	case errors.As(err, &be):
 		s.dropChannel(target)
-		return -1, s.channelBroke(ctx, target, token, be), true
+		berr := s.channelBroke(ctx, target, token, be, opened, began)
+		if errors.Is(berr, errAgentGoneBefore) {
+			s.m.log.Debug("exec channel: its agent was gone before the command was sent; plain exec", "id", target, "error", berr)
+			return 0, nil, false
+		}
+		return -1, berr, true
 	case err != nil:
 		return -1, err, true
 	case res.WriteErr != nil:
@@ -134,7 +141,15 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 // with nobody to read it: hsbx kills it by its marker. An engine that
 // does not answer cannot be asked; the agent stops the command itself
 // once it has heard nothing from hsbx for channel.AgentDeadAfter.
-func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *channel.BrokenError) error {
+//
+// One case is known not to have run: the in-process channel's agent
+// (opened at opened) belonged to an earlier run of the sandbox, which had
+// been restarted before the command was sent (the engine's StartedAt lies
+// between the two). A dead agent runs nothing, so the command takes the
+// plain path once (errAgentGoneBefore), as a first command would — the
+// rule and the clocks are the ones a stopped sandbox's FinishedAt is
+// judged by (Exec).
+func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *channel.BrokenError, opened, began time.Time) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.rt().CallTimeout()+time.Second)
 	defer cancel()
 	// A restarting engine (what broke the stream) answers again within
@@ -155,6 +170,10 @@ func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *ch
 		return fmt.Errorf("%w: sandbox %s was stopped or removed while the command ran (by down, stop or another process); the command was killed and may have run part-way: %v",
 			runtime.ErrEngine, s.name, be)
 	}
+	if !opened.IsZero() && cur.Started.After(opened) && cur.Started.Before(began) {
+		return fmt.Errorf("%w: sandbox %s was restarted at %s, after its channel opened and before the command was sent",
+			errAgentGoneBefore, s.name, cur.Started.Format(time.RFC3339Nano))
+	}
 	n, kerr := s.killMarked(ctx, target, token)
 	if kerr != nil {
 		return fmt.Errorf("%w: the exec channel broke while the command ran (%v) but sandbox %s still runs (did the engine restart?); stopping the command failed (%v): it may still run until its agent, losing hsbx, stops it within %s",
@@ -166,23 +185,28 @@ func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *ch
 
 type runFunc func(context.Context, channel.Request) (channel.Result, error)
 
+// errAgentGoneBefore: the command went to an agent that was gone before
+// it was sent (see channelBroke); it never ran.
+var errAgentGoneBefore = errors.New("the exec channel's agent was gone before the command was sent")
+
 // channelRunner returns how to reach the agent for target: the holder's
-// socket (CLI) or the Sandbox's own Conn, opened on first use.
-func (s *Sandbox) channelRunner(ctx context.Context, target string) (runFunc, bool) {
+// socket (CLI) or the Sandbox's own Conn, opened on first use (opened:
+// when, for the Conn; zero for a holder, which judges its own).
+func (s *Sandbox) channelRunner(ctx context.Context, target string) (run runFunc, opened time.Time, ok bool) {
 	if s.m.c.HolderDir != "" {
 		sock := s.m.HolderSocket(target, s.execUser())
 		return func(ctx context.Context, r channel.Request) (channel.Result, error) {
 			return channel.RunVia(ctx, sock, r)
-		}, true
+		}, time.Time{}, true
 	}
 	cs := &s.ch
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.unavailable != "" && cs.unavailID == target {
-		return nil, false
+		return nil, time.Time{}, false
 	}
 	if cs.conn != nil && cs.id == target && cs.conn.Err() == nil {
-		return cs.conn.Run, true
+		return cs.conn.Run, cs.opened, true
 	}
 	if cs.conn != nil {
 		_ = cs.conn.Close()
@@ -195,10 +219,12 @@ func (s *Sandbox) channelRunner(ctx context.Context, target string) (runFunc, bo
 			cs.unavailable, cs.unavailID = ue.Reason, target
 		}
 		s.m.log.Debug("exec channel not opened; plain exec", "id", target, "error", err)
-		return nil, false
+		return nil, time.Time{}, false
 	}
-	cs.conn, cs.id = conn, target
-	return conn.Run, true
+	// Taken once the agent answered: a restart after this moment ended it.
+	opened = time.Now()
+	cs.conn, cs.id, cs.opened = conn, target, opened
+	return conn.Run, opened, true
 }
 
 // awaitHolder starts the CLI's holder for target now, not after a plain
