@@ -38,7 +38,7 @@ type channelState struct {
 	conn        *channel.Conn
 	id          string    // the container the conn reaches
 	opened      time.Time // when conn's agent started (this host's clock)
-	unavailable string // why the agent cannot run in container unavailID (no retry there)
+	unavailable string    // why the agent cannot run in container unavailID (no retry there)
 	unavailID   string
 	holderTried atomic.Bool
 }
