@@ -449,7 +449,7 @@ func footprint(ctx context.Context, e *engine) string {
 		"A warm `up` and a warm `exec` on the plain path make exactly the one engine call the raw baseline makes (the fakes' argv log asserts it in `make test`; through the exec channel, a warm exec makes none). "+
 		"What hsbx adds is itself: its wall time minus the engine call it makes is %s for a warm `up` and %s for a warm `exec` here (median of %d, %s). "+
 		"Most of that is starting one more process: `hsbx version`, which does no work, takes %s against %s for `/bin/true`; "+
-		"the rest is kong building its command model, reading the configuration and the cached engine facts. "+
+		"the rest is parsing the command line (kong builds its command model for `up`; exec's common form is read without it), reading the configuration and the cached engine facts. "+
 		"The targets allow 10%% of a 60–80 ms `ps` and 5%% of a 150–250 ms `exec`: less than one extra process start plus that setup takes on this machine, "+
 		"and there is no engine call left to save on these paths.\n\n",
 		ms(upOwn), ms(execOwn), *runs, e.name, ms(median(starts)), ms(median(trues)))
