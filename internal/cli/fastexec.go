@@ -44,7 +44,7 @@ func fastExec(args []string) (g Globals, c ExecCmd, ok bool) {
 			}
 			continue
 		}
-		if inline && strings.HasPrefix(name, "--") == false {
+		if inline && !strings.HasPrefix(name, "--") {
 			return g, c, false // -e=K=V: kong's business
 		}
 		if !inline {
