@@ -30,7 +30,7 @@ ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi
 
 # Static and stripped: no dynamic loader at start-up (about 3 ms a call here).
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/hsbx ./cmd/hsbx
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -ldflags "-s -w" -o bin/hsbx ./cmd/hsbx
 
 test: lint
 	@if [ ! -f $(ENGINES_DIR)/env.sh ]; then \

@@ -20,7 +20,7 @@ func main() { os.Exit(run()) }
 // closed stdout fails with EPIPE and hsbx can stop the command in the
 // sandbox before it exits 141, instead of dying on the spot.
 func run() int {
-	if code, ok := agent.RunMode(os.Args[1:], cli.Version); ok {
+	if code, ok := agent.RunMode(os.Args[1:], "hsbx "+cli.BuildVersion()); ok {
 		// Inside a sandbox, as the exec channel's agent (exec_channel_agent
 		// may name hsbx itself): nothing but stdio.
 		return code

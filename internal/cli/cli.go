@@ -26,11 +26,10 @@ import (
 	"github.com/hsbx/hsbx/sandbox"
 )
 
-// Version is hsbx's version, set at build time with
-// -ldflags "-X github.com/hsbx/hsbx/internal/cli.Version=...".
-var Version = devVersion
-
-const devVersion = "0.1.0-dev"
+// Version is hsbx's version when a release build sets it with
+// -ldflags "-X github.com/hsbx/hsbx/internal/cli.Version=v1.2.3"; empty
+// otherwise, and BuildVersion reads the build's own record.
+var Version = ""
 
 // Exit codes. `hsbx exec` passes its command's own status through.
 const (

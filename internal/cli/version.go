@@ -22,16 +22,21 @@ func (c *VersionCmd) Run(ctx context.Context, app *App) error {
 	return err
 }
 
-// version is hsbx's version: the -X ldflags value when a release build set
-// one, else the module version `go install …@vX` recorded, else the
-// development version with the commit it was built from.
+// BuildVersion is what `hsbx version` prints: the release's Version when
+// one was set; else the version Go recorded for the module — a tag, `go
+// install …@vX`, or a pseudo-version from the commit with "+dirty" for
+// uncommitted changes (Go 1.24+, when the build ran in a git checkout);
+// else the commit alone; else "(devel)", Go's word for a build that
+// carries no version. Never a made-up number.
+func BuildVersion() string { return version() }
+
 func version() string {
-	if Version != devVersion {
+	if Version != "" {
 		return Version
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return Version
+		return "(devel)"
 	}
 	if v := bi.Main.Version; v != "" && v != "(devel)" {
 		return v
@@ -43,12 +48,12 @@ func version() string {
 			rev = s.Value
 		case "vcs.modified":
 			if s.Value == "true" {
-				dirty = "-dirty"
+				dirty = "+dirty"
 			}
 		}
 	}
 	if len(rev) >= 12 {
-		return Version + "+" + rev[:12] + dirty
+		return "(devel)+" + rev[:12] + dirty
 	}
-	return Version
+	return "(devel)"
 }
