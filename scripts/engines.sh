@@ -31,7 +31,8 @@ die() { say "error: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
 
 need_pkgs=()
-for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static; do
+# zsh: not an engine, but the shell the completion tests load hsbx's code in.
+for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static zsh; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -49,6 +49,9 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			bindir, _, _ := strings.Cut(env.Getenv("PATH"), string(os.PathListSeparator))
 			env.Setenv("PATH", bindir)
+			if zsh, err := exec.LookPath("zsh"); err == nil { // [zsh] scripts
+				env.Setenv("ZSH", zsh)
+			}
 			env.Setenv("FAKEBIN", bindir)
 			env.Setenv("HSBX_KNOWN_PATHS", "")
 			env.Setenv("HOME", filepath.Join(env.WorkDir, "home"))
@@ -75,6 +78,12 @@ func TestScripts(t *testing.T) {
 				return haveOldHsbx()
 			case "cgo":
 				return haveCgoHsbx()
+			case "zsh": // CI installs it (scripts/engines.sh): required there
+				_, err := exec.LookPath("zsh")
+				if err != nil && os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+					return false, fmt.Errorf("zsh is not installed: %w", err)
+				}
+				return err == nil, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},

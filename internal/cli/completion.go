@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -33,10 +34,23 @@ Load it in your shell's start-up file:
 The code calls this hsbx binary by its absolute path.`
 }
 
-// Run implements the command with kong-completion's shell code.
+// Run implements the command with kong-completion's shell code. For zsh
+// it first loads zsh's completion system when the start-up file has not
+// (a fresh .zshrc has no compinit; bashcompinit needs its compdef).
 func (c *CompletionCmd) Run(kctx *kong.Context) error {
+	if c.Shell == "zsh" {
+		if _, err := io.WriteString(kctx.Stdout, zshCompinit); err != nil {
+			return err
+		}
+	}
 	return (&kongcompletion.Completion{Shell: c.Shell, Code: true}).Run(kctx)
 }
+
+// zshCompinit loads zsh's completion system unless it is loaded already
+// (compdef defined): -i skips directories compaudit finds insecure
+// instead of asking on every start.
+const zshCompinit = `(( $+functions[compdef] )) || { autoload -U compinit && compinit -i; }
+`
 
 // completionTimeout bounds asking the engine for task names: a shell
 // waiting on a tab must not hang on a dead daemon.
