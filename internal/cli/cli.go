@@ -418,7 +418,7 @@ func report(ctx context.Context, w io.Writer, err error) int {
 	if errors.As(err, &ee) && ee.err == nil {
 		return ee.code
 	}
-	fmt.Fprintf(w, "hsbx: %s\n", safe(err.Error()))
+	fmt.Fprintf(w, "hsbx: %s\n", safeText(err.Error()))
 	if h := runtime.Hint(err); h != "" {
 		fmt.Fprintf(w, "  hint: %s\n", h)
 	}

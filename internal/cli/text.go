@@ -41,6 +41,20 @@ func safe(s string) string {
 	return b.String()
 }
 
+// safeText is safe for a message that may hold several lines (an engine's
+// multi-line error): each line made safe on its own, blank ones dropped,
+// continuation lines indented under the first — deeper than hsbx's own
+// "  hint:" lines, so an engine's text cannot pass for one.
+func safeText(s string) string {
+	var out []string
+	for line := range strings.SplitSeq(strings.ReplaceAll(s, "\r\n", "\n"), "\n") {
+		if strings.TrimSpace(line) != "" {
+			out = append(out, safe(strings.TrimRight(line, " \t")))
+		}
+	}
+	return strings.Join(out, "\n    ")
+}
+
 func unsafeRune(r rune) bool {
 	return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == 0x200e || r == 0x200f
 }

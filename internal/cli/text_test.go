@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -34,6 +35,18 @@ func FuzzSafe(f *testing.F) {
 				t.Fatalf("safe(%q) = %q keeps %U", s, out, r)
 			}
 		}
+		// safeText: only its own line breaks, each followed by the indent.
+		text := safeText(s)
+		for i, line := range strings.Split(text, "\n") {
+			if i > 0 && !strings.HasPrefix(line, "    ") {
+				t.Fatalf("safeText(%q) = %q: line %d is not indented", s, text, i)
+			}
+			for _, r := range line {
+				if unsafeRune(r) {
+					t.Fatalf("safeText(%q) = %q keeps %U", s, text, r)
+				}
+			}
+		}
 	})
 }
 
@@ -47,5 +60,20 @@ func TestDevNullIsNotATerminal(t *testing.T) {
 	defer f.Close()
 	if isTerminal(f) {
 		t.Error("isTerminal(/dev/null) = true")
+	}
+}
+
+func TestSafeText(t *testing.T) {
+	for in, want := range map[string]string{
+		"one line":                       "one line",
+		"first\nsecond":                  "first\n    second",
+		"first\r\nsecond\n\n  third  \n": "first\n    second\n      third",
+		"esc\x1b[31m\nhint: fake\x07":    `esc\x1b[31m` + "\n    " + `hint: fake\x07`,
+		"\n\nlead":                       "lead",
+		"tab\there\nx\ry":                `tab\x09here` + "\n    " + `x\x0dy`,
+	} {
+		if got := safeText(in); got != want {
+			t.Errorf("safeText(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
