@@ -42,6 +42,9 @@ type Options struct {
 // Usage is what this host knows about a running sandbox's use.
 type Usage struct {
 	LastUse time.Time // zero: never recorded here
+	// Creator is what this host can tell of the process that made the
+	// sandbox (per-process sandboxes live as long as it does).
+	Creator sandbox.Creator
 }
 
 // Verdict is the policy's decision on one container.
@@ -107,7 +110,24 @@ func judge(c runtime.Container, profile string, o Options, usage func(runtime.Co
 		}
 		return old("dead", t)
 	case runtime.StateRunning:
-		if o.Idle <= 0 || c.Labels[sandbox.LabelKey] == "" || c.Labels[sandbox.LabelEphemeral] == "1" {
+		if c.Labels[sandbox.LabelEphemeral] == "1" && c.Labels[sandbox.LabelKey] != "" {
+			// A per-process sandbox lives as long as the process that made
+			// it: once that is provably gone (this host, this boot), the
+			// sandbox is an orphan whatever its age — unless a command
+			// still runs in it (a session of any host).
+			who := usage(c).Creator
+			switch {
+			case who.Gone && len(c.ExecIDs) > 0:
+				return false, false, fmt.Sprintf("per-process sandbox whose creator (%s) is gone, but in use: %d live exec session(s)", c.Labels[sandbox.LabelCreator], len(c.ExecIDs)), -1
+			case who.Gone:
+				return true, true, fmt.Sprintf("per-process sandbox whose creator (%s) is gone", c.Labels[sandbox.LabelCreator]), since(c.Started)
+			case who.Alive:
+				return false, false, fmt.Sprintf("running, per-process sandbox of a live process (%s)", c.Labels[sandbox.LabelCreator]), -1
+			}
+			// Made on another host (or boot): only the engine's view is
+			// left, and the idle rule below judges it as any sandbox.
+		}
+		if o.Idle <= 0 || c.Labels[sandbox.LabelKey] == "" {
 			return false, false, "running", -1
 		}
 		if len(c.ExecIDs) > 0 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
 )
 
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -18,6 +19,11 @@ func ctr(state runtime.State, labels map[string]string, created, started, finish
 		return now.Add(-d)
 	}
 	return runtime.Container{ID: "id", State: state, Labels: labels, Created: at(created), Started: at(started), Finished: at(finished)}
+}
+
+func ctrExecs(c runtime.Container, ids ...string) runtime.Container {
+	c.ExecIDs = ids
+	return c
 }
 
 func lbl(kv ...string) map[string]string {
@@ -63,13 +69,20 @@ func TestJudge(t *testing.T) {
 		{"idle: unused", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.key", "k"), 3*h, 3*h, -1), Options{Profile: "default", MaxAge: o.MaxAge, Idle: h, Now: now}, true, "idle"},
 		{"idle: used recently", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.key", "recent"), 3*h, 3*h, -1), Options{Profile: "default", MaxAge: o.MaxAge, Idle: h, Now: now}, false, "in use"},
 		{"idle: not ours to judge (no hsbx.key)", ctr(runtime.StateRunning, ours, 3*h, 3*h, -1), Options{Profile: "default", MaxAge: o.MaxAge, Idle: h, Now: now}, false, "running"},
-		{"idle: per-process sandbox", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.key", "k", "hsbx.ephemeral", "1"), 3*h, 3*h, -1), Options{Profile: "default", MaxAge: o.MaxAge, Idle: h, Now: now}, false, "running"},
+		// Per-process sandboxes: their creator decides, where this host can tell.
+		{"per-process: creator from another host, idle rule off", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.key", "k", "hsbx.ephemeral", "1", "hsbx.creator", "other/1"), 3*h, 3*h, -1), o, false, "running"},
+		{"per-process: creator from another host, judged idle", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.key", "k", "hsbx.ephemeral", "1", "hsbx.creator", "other/1"), 3*h, 3*h, -1), Options{Profile: "default", MaxAge: o.MaxAge, Idle: h, Now: now}, true, "idle"},
+		{"per-process: creator gone", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.key", "k", "hsbx.ephemeral", "1", "hsbx.creator", "gone"), time.Second, time.Second, -1), o, true, "per-process sandbox whose creator (gone) is gone"},
+		{"per-process: creator gone, a command runs", ctrExecs(ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.key", "k", "hsbx.ephemeral", "1", "hsbx.creator", "gone"), 3*h, 3*h, -1), "e1"), Options{Profile: "default", MaxAge: o.MaxAge, Idle: h, Now: now}, false, "in use: 1 live exec session"},
+		{"per-process: creator alive, never idle", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.key", "k", "hsbx.ephemeral", "1", "hsbx.creator", "alive"), 3*h, 3*h, -1), Options{Profile: "default", MaxAge: o.MaxAge, Idle: h, Now: now}, false, "per-process sandbox of a live process"},
+		{"per-process: creator gone, another profile", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "other", "hsbx.key", "k", "hsbx.ephemeral", "1", "hsbx.creator", "gone"), 3*h, 3*h, -1), o, false, "profile"},
+		{"per-process label without hsbx.key: not judged by its creator", ctr(runtime.StateRunning, lbl("hermes-agent", "1", "hermes-profile", "default", "hsbx.ephemeral", "1", "hsbx.creator", "gone"), 3*h, 3*h, -1), o, false, "running"},
 	}
 	usage := func(c runtime.Container) Usage {
 		if c.Labels["hsbx.key"] == "recent" {
 			return Usage{LastUse: now.Add(-time.Minute)}
 		}
-		return Usage{}
+		return Usage{Creator: sandbox.Creator{Gone: c.Labels["hsbx.creator"] == "gone", Alive: c.Labels["hsbx.creator"] == "alive"}}
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

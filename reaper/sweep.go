@@ -105,12 +105,14 @@ func (s *Sweeper) judge(ctx context.Context, o Options, rep *Report) ([]Verdict,
 	cs := s.inspect(ctx, ids, rep) // labels re-checked from inspect, not the filter
 	usage := func(c runtime.Container) Usage {
 		t, _ := sandbox.LastUse(s.StateDir, c.Labels[sandbox.LabelKey])
-		return Usage{LastUse: t}
+		u := Usage{LastUse: t}
+		if c.Labels[sandbox.LabelEphemeral] == "1" {
+			u.Creator = sandbox.CreatorOf(c.Labels[sandbox.LabelCreator])
+		}
+		return u
 	}
 	verdicts := Judge(cs, o, usage)
-	if o.Idle > 0 {
-		s.recheckExecs(ctx, verdicts, o, usage)
-	}
+	s.recheckExecs(ctx, verdicts, o, usage)
 	var doomed []Verdict
 	for _, v := range verdicts {
 		switch {

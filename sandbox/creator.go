@@ -53,3 +53,27 @@ func creatorGone(label string) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
+
+// Creator says what this host can tell about the process that made a
+// sandbox (its LabelCreator value): Gone — it ran on this host (this boot)
+// and no longer runs; Alive — it runs here now. Neither: another host, an
+// earlier boot's process, or no label; nothing certain.
+type Creator struct {
+	Gone, Alive bool
+}
+
+// CreatorOf judges a LabelCreator value on this host.
+func CreatorOf(label string) Creator {
+	boot, pid, ok := strings.Cut(label, "/")
+	if !ok || boot == "" || boot != bootID() {
+		return Creator{}
+	}
+	if n, err := strconv.Atoi(pid); err != nil || n <= 0 {
+		return Creator{}
+	}
+	if creatorGone(label) {
+		return Creator{Gone: true}
+	}
+	_, err := os.Stat("/proc/" + pid)
+	return Creator{Alive: err == nil}
+}

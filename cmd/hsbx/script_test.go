@@ -96,6 +96,7 @@ func TestScripts(t *testing.T) {
 			"await":        await,
 			"runproc":      runproc,
 			"client-gone":  clientGone,
+			"execs-done":   execsDone,
 			"channel-up":   channelUp,
 			"kill-holder":  killHolder,
 			"rm-sockets":   rmSockets,
@@ -329,6 +330,29 @@ func clientGone(ts *testscript.TestScript, neg bool, args []string) {
 			}
 			if time.Now().After(deadline) {
 				ts.Fatalf("engine client %s still runs after hsbx was killed", p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// execs-done: every command the fake engine ran in a container (its exec
+// processes, which outlive a killed client as the engines' do) has ended
+// (waits up to 30s).
+func execsDone(ts *testscript.TestScript, neg bool, args []string) {
+	b, err := os.ReadFile(filepath.Join(ts.Getenv("FAKEENGINE_DIR"), "state.json"))
+	ts.Check(err)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, m := range regexp.MustCompile(`"pid":\s*(\d+)`).FindAllStringSubmatch(string(b), -1) {
+		for {
+			st, err := os.ReadFile("/proc/" + m[1] + "/stat")
+			s := string(st)
+			i := strings.LastIndexByte(s, ')')
+			if err != nil || (i > 0 && i+2 < len(s) && s[i+2] == 'Z') {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("exec process %s still runs", m[1])
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A per-process sandbox whose creator was SIGKILLed (its Close never ran)
+// is kept by a sweep while a command still runs in it, and removed by the
+// first plain `reap` once none does — on the real engines. The creator is
+// this test binary acting as hsbx (TestMain), started as a process of its
+// own so that it can be killed.
+func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
+	for _, tg := range cliTargets(t) {
+		if tg.Fake {
+			continue // the fakes: reap_per_process_creator_killed.txtar
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			task := "eph-" + filepath.Base(t.TempDir())
+			env := append(append([]string{}, tg.environ...), "TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES=false", "HSBX_TEST_HOLDER=1")
+			creator := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sleep", "3")
+			creator.Env = env
+			if err := creator.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = creator.Process.Kill(); _ = creator.Wait() }()
+			listed := func() bool {
+				_, out, _ := runMain(t, env, "ls", "--json")
+				return strings.Contains(out, `"task":"`+task+`"`)
+			}
+			reap := func() string {
+				code, out, errOut := runMain(t, env, "reap", "--json")
+				if code != 0 {
+					t.Fatalf("reap: exit %d: %s", code, errOut)
+				}
+				return out
+			}
+			for deadline := time.Now().Add(60 * time.Second); !listed(); time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the per-process sandbox never appeared")
+				}
+			}
+			if out := reap(); !listed() || !strings.Contains(out, "per-process sandbox of a live process") {
+				t.Fatalf("a live creator's sandbox: %s", out)
+			}
+			_ = creator.Process.Signal(syscall.SIGKILL)
+			_ = creator.Wait()
+			if out := reap(); !listed() || !strings.Contains(out, "is gone, but in use: 1 live exec session") {
+				t.Fatalf("right after the kill, with `sleep 3` still running: %s", out)
+			}
+			// The command ends within seconds; the next sweep after that
+			// removes the sandbox.
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+				out := reap()
+				if strings.Contains(out, "is gone\"") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not removed after its command ended: %s", out)
+				}
+			}
+			if listed() {
+				t.Fatal("removed by the sweep, yet ls still lists it")
+			}
+		})
+	}
+}
