@@ -154,6 +154,13 @@ func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
 // then inspects them in one call for exact labels and network mode;
 // per-process sandboxes are left out. Two calls, none when ps finds none.
 func (s *Sandbox) candidates(ctx context.Context) ([]runtime.Container, error) {
+	full, err := s.keyContainers(ctx)
+	return slices.DeleteFunc(full, func(c runtime.Container) bool { return c.Labels[LabelEphemeral] == "1" }), err
+}
+
+// keyContainers lists and inspects every container the key's filters find,
+// per-process sandboxes included (ps, then inspect for exact labels).
+func (s *Sandbox) keyContainers(ctx context.Context) ([]runtime.Container, error) {
 	listed, err := s.rt().List(ctx, runtime.ListOptions{Labels: s.key.Filters()})
 	if err != nil {
 		return nil, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
@@ -169,7 +176,7 @@ func (s *Sandbox) candidates(ctx context.Context) ([]runtime.Container, error) {
 	if err != nil && !errors.Is(err, runtime.ErrNotFound) { // one removed meanwhile is fine
 		return nil, fmt.Errorf("looking for sandbox %s: %w", s.name, err)
 	}
-	return slices.DeleteFunc(full, func(c runtime.Container) bool { return c.Labels[LabelEphemeral] == "1" }), nil
+	return full, nil
 }
 
 // pick chooses among the key's containers: running first, then paused,

@@ -66,7 +66,7 @@ type Removed struct {
 // that is best effort: a failure to look is logged, not returned.
 func (s *Sandbox) Teardown(ctx context.Context) (Removed, error) {
 	var r Removed
-	cs, err := s.containers(ctx)
+	cs, err := s.teardownSet(ctx)
 	if err != nil {
 		return r, err
 	}
@@ -103,6 +103,45 @@ func (s *Sandbox) Teardown(ctx context.Context) (Removed, error) {
 		}
 	}
 	return r, nil
+}
+
+// teardownSet is what down removes, whatever the mode: the key's shared
+// sandbox (hsbx- or Hermes-made), this handle's own per-process one, and
+// the key's per-process sandboxes whose creator provably died (this host,
+// this boot: a SIGKILL or crash, so its Close never ran). A per-process
+// sandbox of a live process, or of one on another host (nothing certain
+// from here), is left to that process (or the reaper's idle rule) and
+// named in a warning.
+func (s *Sandbox) teardownSet(ctx context.Context) ([]runtime.Container, error) {
+	s.mu.Lock()
+	own := s.id
+	s.mu.Unlock()
+	full, err := s.keyContainers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []runtime.Container
+	for _, c := range full {
+		if c.Labels[LabelEphemeral] != "1" {
+			if s.key.Owns(c) {
+				out = append(out, c)
+			}
+			continue
+		}
+		if !s.key.Matches(c.Labels) {
+			continue
+		}
+		who := CreatorOf(c.Labels[LabelCreator])
+		switch {
+		case c.ID == own || who.Gone:
+			out = append(out, c)
+		case who.Alive:
+			s.m.c.Warn(fmt.Sprintf("per-process sandbox %s belongs to a live process (%s) and ends with it: left alone", c.Name, c.Labels[LabelCreator]))
+		default:
+			s.m.c.Warn(fmt.Sprintf("per-process sandbox %s was made on another host or before a reboot (%s): its process cannot be judged from here, so it was left alone (`hsbx reap --idle DUR` removes it once idle)", c.Name, c.Labels[LabelCreator]))
+		}
+	}
+	return out, nil
 }
 
 // sayIfRecreated looks once more after a down removed cs: an exec or up of

@@ -1,9 +1,9 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,7 +12,8 @@ import (
 
 // A per-process sandbox whose creator was SIGKILLed (its Close never ran)
 // is kept by a sweep while a command still runs in it, and removed by the
-// first plain `reap` once none does — on the real engines. The creator is
+// first plain `reap` once none does; `down` finds one (in this mode) and
+// removes it once its creator is gone — on the real engines. The creator is
 // this test binary acting as hsbx (TestMain), started as a process of its
 // own so that it can be killed.
 func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
@@ -21,8 +22,11 @@ func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
 			continue // the fakes: reap_per_process_creator_killed.txtar
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			task := "eph-" + filepath.Base(t.TempDir())
+			task := fmt.Sprintf("eph-%d", time.Now().UnixNano()) // no run's leftover can match
 			env := append(append([]string{}, tg.environ...), "TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES=false", "HSBX_TEST_HOLDER=1")
+			t.Cleanup(func() {
+				runMain(t, append(env, "TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES=true"), "down", "--task", task)
+			})
 			creator := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sleep", "3")
 			creator.Env = env
 			if err := creator.Start(); err != nil {
@@ -66,6 +70,27 @@ func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
 			}
 			if listed() {
 				t.Fatal("removed by the sweep, yet ls still lists it")
+			}
+			// down finds one too: left alone while its creator lives,
+			// removed (with the command still running) once it was killed.
+			creator2 := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sleep", "300")
+			creator2.Env = env
+			if err := creator2.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = creator2.Process.Kill(); _ = creator2.Wait() }()
+			for deadline := time.Now().Add(60 * time.Second); !listed(); time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the second per-process sandbox never appeared")
+				}
+			}
+			if code, _, errOut := runMain(t, env, "down", "--task", task); code != 0 || !strings.Contains(errOut, "belongs to a live process") || !listed() {
+				t.Fatalf("down with its creator alive: exit %d, %s", code, errOut)
+			}
+			_ = creator2.Process.Signal(syscall.SIGKILL)
+			_ = creator2.Wait()
+			if code, _, errOut := runMain(t, env, "down", "--task", task); code != 0 || listed() {
+				t.Fatalf("down after its creator was killed: exit %d, %s; still listed: %v", code, errOut, listed())
 			}
 		})
 	}
