@@ -402,6 +402,19 @@ func (s *Sandbox) cleanupAttempt(ctx context.Context, nonce string) {
 	}
 }
 
+// hostBase is where the key's persistent dirs live: Hermes's layout under
+// SandboxDir (TERMINAL_SANDBOX_DIR) when set, else hsbx's own under the
+// state dir ("" without either).
+func (s *Sandbox) hostBase() string {
+	switch {
+	case s.spec.SandboxDir != "":
+		return filepath.Join(s.spec.SandboxDir, "docker", TaskDirName(s.key.Task))
+	case s.stateDir() != "":
+		return filepath.Join(s.stateDir(), "sandboxes", s.key.Hash())
+	}
+	return ""
+}
+
 // mounts makes the per-key persistent dirs: Hermes's layout under
 // SandboxDir (TERMINAL_SANDBOX_DIR) when set, so both tools see the same
 // files for a task, else hsbx's own under the state dir. On Kubernetes
@@ -415,13 +428,8 @@ func (s *Sandbox) mounts(h Host) (Mounts, error) {
 		m.Claim = s.key.Name()
 		return m, nil
 	}
-	var base string
-	switch {
-	case s.spec.SandboxDir != "":
-		base = filepath.Join(s.spec.SandboxDir, "docker", TaskDirName(s.key.Task))
-	case s.stateDir() != "":
-		base = filepath.Join(s.stateDir(), "sandboxes", s.key.Hash())
-	default:
+	base := s.hostBase()
+	if base == "" {
 		return m, errors.New("persistent sandboxes need a state directory ($XDG_STATE_HOME or HOME)")
 	}
 	m.Workspace, m.Home = filepath.Join(base, "workspace"), filepath.Join(base, "home")

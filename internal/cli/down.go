@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/hsbx/hsbx/sandbox"
 )
@@ -42,6 +43,7 @@ func (c *StopCmd) Run(ctx context.Context, app *App) error {
 // DownCmd stops and removes a sandbox, whatever the mode.
 type DownCmd struct {
 	taskFlag
+	Purge bool `help:"Also remove the key's host directories (the persistent sandbox's /workspace and /root; down keeps them for the key's next sandbox). Refused while a sandbox of the key exists."`
 }
 
 // Run implements the command. No sandbox is not an error.
@@ -54,12 +56,21 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
+	var purged, kept []string
+	if c.Purge {
+		if purged, err = sb.PurgeHostDirs(ctx); err != nil {
+			return err
+		}
+	} else {
+		kept = sb.HostDirs()
+	}
 	if app.G.JSON {
 		ids := []string{}
 		for _, r := range removed.Containers {
 			ids = append(ids, r.ID)
 		}
-		out := map[string]any{"task": app.Cfg.Task.Value, "profile": app.profile(), "removed": ids}
+		out := map[string]any{"task": app.Cfg.Task.Value, "profile": app.profile(), "removed": ids,
+			"removed_dirs": nonNil(purged), "kept_dirs": nonNil(kept)}
 		if len(removed.Claims) > 0 {
 			out["removed_claims"] = removed.Claims
 		}
@@ -67,7 +78,6 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	}
 	if len(removed.Containers) == 0 && len(removed.Claims) == 0 {
 		noSandbox(ctx, app, sb)
-		return nil
 	}
 	for _, r := range removed.Containers {
 		fmt.Fprintf(app.Env.Stdout, "removed %s (%.12s)\n", safe(r.Name), r.ID)
@@ -75,7 +85,21 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	for _, c := range removed.Claims {
 		fmt.Fprintf(app.Env.Stdout, "removed persistent volume claim %s (/workspace and /root)\n", safe(c))
 	}
+	for _, d := range purged {
+		fmt.Fprintf(app.Env.Stdout, "removed %s\n", safe(d))
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(app.Env.Stdout, "kept the key's files for its next sandbox: %s (down --purge removes them)\n", safe(strings.Join(kept, ", ")))
+	}
 	return nil
+}
+
+// nonNil is s, or an empty list (JSON [] rather than null).
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // noSandbox says there is nothing to tear down, and names a container that
