@@ -164,7 +164,7 @@ func (s *Sandbox) HostDirs() []string {
 	return out
 }
 
-// ErrSandboxExists: the key has a sandbox (made meanwhile, or never taken
+// ErrSandboxExists says the key has a sandbox (made meanwhile, or never taken
 // down), whose files PurgeHostDirs will not remove under it.
 var ErrSandboxExists = errors.New("the key has a sandbox")
 
