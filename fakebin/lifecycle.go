@@ -94,6 +94,14 @@ func (f *fake) run(args []string, createOnly bool) int {
 		return 125
 	}
 	image, cmd := p.pos[0], p.pos[1:]
+	if !f.haveImage(image) && p.last("--pull") == "never" { // both engines' words, captured
+		if f.dialect == "podman" {
+			fmt.Fprintf(f.stderr, "Error: %s: image not known\n", image)
+		} else {
+			fmt.Fprintf(f.stderr, "docker: Error response from daemon: No such image: %s.\nSee 'docker run --help'.\n", image)
+		}
+		return 125
+	}
 	if !f.haveImage(image) {
 		if f.dialect == "podman" {
 			fmt.Fprintf(f.stderr, "Error: short-name %q did not resolve to an alias and no unqualified-search registries are defined in \"/etc/containers/registries.conf\"\n", image)

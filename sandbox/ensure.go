@@ -306,10 +306,12 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 	}
 	spec := s.spec
 	s6, missing := s.m.imageInit(ctx, spec.Image)
+	pulled := false
 	if missing {
 		if err := s.m.pull(ctx, spec.Image); err != nil {
 			return "", err
 		}
+		pulled = true
 		s6, _ = s.m.imageInit(ctx, spec.Image)
 	}
 	spec.ImageInit = s6
@@ -346,6 +348,16 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 			return "", s.checkNameOwner(ctx, name, err)
 		}
 		s.cleanupAttempt(ctx, nonce)
+		if errors.Is(err, runtime.ErrImageNotFound) && !pulled && s.rt().Dialect() != runtime.Kubectl {
+			// The image went since it was last seen (a cached fact, or an
+			// rmi between the look and the create): pull it, then once more.
+			s.m.forgetImage(spec.Image)
+			if err := s.m.pull(ctx, spec.Image); err != nil {
+				return "", err
+			}
+			pulled = true
+			continue
+		}
 		if spec.Network && !spec.Explicit["network"] && errors.Is(err, runtime.ErrNetworkSetup) {
 			s.m.markNoNetwork()
 			spec.Network = false

@@ -125,6 +125,14 @@ func (m *Manager) imageInit(ctx context.Context, image string) (s6, missing bool
 	return s6, false
 }
 
+// forgetImage drops what the cache says about image on this engine: the
+// engine said it does not have it.
+func (m *Manager) forgetImage(image string) {
+	if m.c.CacheDir != "" {
+		cachefile.Delete(filepath.Join(m.c.CacheDir, "images.json"), m.hostCacheKey()+"|"+image)
+	}
+}
+
 // pull fetches an image the engine does not have, before the create that
 // needs it, bounded by its own timeout (Config.PullTimeout), with the
 // engine's progress where Config.OnPull says.

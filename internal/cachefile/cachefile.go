@@ -16,11 +16,25 @@ func Get[T any](path, key string) (T, bool) {
 	return v, ok
 }
 
+// Delete drops key's entry (a fact the engine just contradicted).
+func Delete(path, key string) {
+	m := load[json.RawMessage](path)
+	if _, ok := m[key]; !ok {
+		return
+	}
+	delete(m, key)
+	write(path, m)
+}
+
 // Put records key's entry, replacing the file atomically (write to a temp
 // file, rename), so concurrent readers never see half a file.
 func Put[T any](path, key string, v T) {
 	m := load[T](path)
 	m[key] = v
+	write(path, m)
+}
+
+func write[T any](path string, m map[string]T) {
 	b, err := json.Marshal(m)
 	dir := filepath.Dir(path)
 	if err != nil || os.MkdirAll(dir, 0o700) != nil {

@@ -295,7 +295,11 @@ func (e *Engine) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 	if len(s.Claims) > 0 {
 		return "", fmt.Errorf("%w: %s keeps persistent files in host directories, not claims", runtime.ErrUnsupported, e.Dialect())
 	}
-	args := []string{"run", "-d"}
+	// --pull never: a missing image fails at once (ErrImageNotFound) and
+	// the sandbox layer pulls it under pull_timeout with progress, instead
+	// of the engine pulling silently inside a create bounded by 4x the
+	// engine timeout (and blamed on the daemon when a registry is slow).
+	args := []string{"run", "-d", "--pull", "never"}
 	if s.Name != "" {
 		args = append(args, "--name", s.Name)
 	}
