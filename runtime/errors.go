@@ -29,6 +29,13 @@ var (
 	ErrNetworkSetup = errors.New("container network setup failed")
 	// ErrImageNotFound: the image is not present and cannot be pulled.
 	ErrImageNotFound = errors.New("image not found")
+	// ErrRegistryUnreachable: a pull could not reach the image's registry
+	// (DNS, a refused or timed-out connection: an air-gapped host).
+	ErrRegistryUnreachable = errors.New("image registry unreachable")
+	// ErrRegistryTLS: the registry's TLS certificate was not accepted.
+	ErrRegistryTLS = errors.New("image registry TLS failure")
+	// ErrRegistryAuth: the registry refused the credentials (or wants some).
+	ErrRegistryAuth = errors.New("image registry refused the credentials")
 	// ErrPullTimeout: an image pull did not finish within its own bound
 	// (pull_timeout) and was stopped.
 	ErrPullTimeout = errors.New("image pull timed out")
@@ -121,7 +128,13 @@ func Hint(err error) string {
 	case errors.Is(err, ErrTimeout):
 		return "the engine did not answer in time; check that its daemon is healthy"
 	case errors.Is(err, ErrImageNotFound):
-		return "pull or import the image first, or choose another with --image"
+		return "check the image's name and tag (a private one needs docker login / podman login first), import it (docker load / podman load), or choose another with --image"
+	case errors.Is(err, ErrRegistryUnreachable):
+		return "the registry cannot be reached from here (DNS, network or proxy settings); on an air-gapped host import the image (docker load / podman load) or choose a local one with --image"
+	case errors.Is(err, ErrRegistryTLS):
+		return "the engine does not trust the registry's certificate: install the registry's CA for the engine, or check the host's clock"
+	case errors.Is(err, ErrRegistryAuth):
+		return "log in to the registry first (docker login / podman login REGISTRY)"
 	}
 	var h interface{ Hint() string }
 	if errors.As(err, &h) {

@@ -447,7 +447,8 @@ func exitCode(ctx context.Context, err error) int {
 	}
 	for _, engine := range []error{runtime.ErrBinaryNotFound, runtime.ErrUnsupported, runtime.ErrUnreachable, runtime.ErrNetworkSetup,
 		runtime.ErrTimeout, runtime.ErrEngine, runtime.ErrBadOutput, runtime.ErrNotFound, runtime.ErrNameInUse,
-		runtime.ErrNotRunning, runtime.ErrPaused, runtime.ErrImageNotFound, sandbox.ErrForeignName, runtime.ErrForeignClaim} {
+		runtime.ErrNotRunning, runtime.ErrPaused, runtime.ErrImageNotFound, runtime.ErrRegistryUnreachable, runtime.ErrRegistryTLS,
+		runtime.ErrRegistryAuth, runtime.ErrPullTimeout, sandbox.ErrForeignName, runtime.ErrForeignClaim} {
 		if errors.Is(err, engine) {
 			return ExitEngine
 		}

@@ -522,6 +522,33 @@ func (e *Engine) InspectImage(ctx context.Context, ref string) (runtime.Image, e
 	return img, nil
 }
 
+// PullRules classify a failed pull by the words both engines pass on from
+// their registry client — Go's network and TLS errors, the registry API's
+// codes — before the dialect's own rules (podman's "initializing source"
+// heads network failures and missing images alike). Captured here: docker
+// 20.10's and podman 4.3's DNS failure; the others are those libraries'
+// fixed texts.
+var PullRules = []Rule{
+	{Fragment: "tls handshake timeout", Kind: runtime.ErrRegistryUnreachable},
+	{Fragment: "x509:", Kind: runtime.ErrRegistryTLS},
+	{Fragment: "tls: ", Kind: runtime.ErrRegistryTLS},
+	{Fragment: "certificate signed by unknown authority", Kind: runtime.ErrRegistryTLS},
+	{Fragment: "no such host", Kind: runtime.ErrRegistryUnreachable},
+	{Fragment: "connection refused", Kind: runtime.ErrRegistryUnreachable},
+	{Fragment: "network is unreachable", Kind: runtime.ErrRegistryUnreachable},
+	{Fragment: "no route to host", Kind: runtime.ErrRegistryUnreachable},
+	{Fragment: "i/o timeout", Kind: runtime.ErrRegistryUnreachable},
+	{Fragment: "server misbehaving", Kind: runtime.ErrRegistryUnreachable},
+	{Fragment: "proxyconnect", Kind: runtime.ErrRegistryUnreachable},
+	{Fragment: "unauthorized", Kind: runtime.ErrRegistryAuth},
+	{Fragment: "authentication required", Kind: runtime.ErrRegistryAuth},
+	{Fragment: "incorrect username or password", Kind: runtime.ErrRegistryAuth},
+	{Fragment: "manifest unknown", Kind: runtime.ErrImageNotFound},
+	{Fragment: "repository does not exist", Kind: runtime.ErrImageNotFound},
+	{Fragment: "name unknown", Kind: runtime.ErrImageNotFound},
+	{Fragment: "not found", Kind: runtime.ErrImageNotFound},
+}
+
 // DefaultPullTimeout bounds an image pull when the caller gives no bound.
 const DefaultPullTimeout = 10 * time.Minute
 
@@ -547,7 +574,10 @@ func (e *Engine) Pull(ctx context.Context, ref string, progress io.Writer, timeo
 		return err
 	}
 	if res.ExitCode != 0 {
-		kind := e.d.Classify(OpPull, res.ExitCode, string(res.Stderr))
+		kind := Match(PullRules, string(res.Stderr))
+		if kind == nil {
+			kind = e.d.Classify(OpPull, res.ExitCode, string(res.Stderr))
+		}
 		if kind == nil || errors.Is(kind, runtime.ErrEngine) {
 			kind = runtime.ErrImageNotFound
 		}
