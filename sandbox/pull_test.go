@@ -39,7 +39,8 @@ func TestMissingImageIsPulledFirst(t *testing.T) {
 			return
 		}
 		// Not in any registry, or (here: no network) no registry reachable.
-		if !(errors.Is(err, runtime.ErrImageNotFound) || errors.Is(err, runtime.ErrRegistryUnreachable)) || !strings.Contains(err.Error(), "is not present locally and pulling it failed") {
+		named := errors.Is(err, runtime.ErrImageNotFound) || errors.Is(err, runtime.ErrRegistryUnreachable)
+		if !named || !strings.Contains(err.Error(), "is not present locally and pulling it failed") {
 			t.Fatalf("ensure with a missing image: %v", err)
 		}
 		if !slices.Equal(told, []string{"hsbx-no-such-image:1"}) {
