@@ -328,3 +328,31 @@ current-context: c
 	}
 	return p
 }
+
+// A pull's progress reaches the caller's writer on either engine (docker
+// draws it on stdout, podman on stderr), and the engine's final error line
+// only the error. Fakes only: no registry is reachable from the machines
+// the real engines run on here (their failure is in TestMissingImage...).
+func TestPullProgress(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		if !tg.Fake {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			tg.Env = append(append([]string{}, tg.Env...), "FAKEENGINE_REGISTRY=hsbx-pullable:1")
+			rt := tg.Open(t)
+			var progress strings.Builder
+			if err := rt.Pull(context.Background(), "hsbx-pullable:1", &progress, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[string]string{"fake-docker": "Pull complete", "fake-podman": "Copying blob"}[tg.Name]; !strings.Contains(progress.String(), want) {
+				t.Errorf("progress %q, want %q in it", progress.String(), want)
+			}
+			progress.Reset()
+			err := rt.Pull(context.Background(), "hsbx-unpullable:1", &progress, time.Minute)
+			if err == nil || strings.Contains(progress.String(), "Error") {
+				t.Errorf("a failed pull: %v; progress %q (the error line belongs to the error)", err, progress.String())
+			}
+		})
+	}
+}

@@ -565,7 +565,13 @@ func (e *Engine) Pull(ctx context.Context, ref string, progress io.Writer, timeo
 		progress = io.Discard
 	}
 	argv := []string{e.bin, "pull", "--", ref}
-	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(nil), Stdout: progress, Timeout: timeout})
+	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(nil), Stdout: progress, Timeout: timeout}
+	if progress != io.Discard && e.d.Name() == runtime.Podman {
+		// podman draws its progress on stderr (docker on stdout): shown
+		// too, less its final "Error: " line, which the error carries.
+		cmd.Stderr = newErrorLineFilter(progress, "Error: ")
+	}
+	res, err := e.runner.Run(ctx, cmd)
 	if err != nil {
 		err = e.runError(argv, err)
 		if errors.Is(err, runtime.ErrTimeout) {
