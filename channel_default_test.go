@@ -28,15 +28,7 @@ func TestGoPackageChannelByDefault(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			state := tg.StateDir
-			if tg.Rootless { // root's own, reachable by the engine's user
-				var err error
-				if state, err = os.MkdirTemp("", "hsbx-it-rootless-state-"); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { os.RemoveAll(state) })
-				_ = os.Chmod(state, 0o755)
-			}
+			state := itStateDir(t, tg)
 			xdg := dir
 			if tg.Rootless {
 				xdg = "" // the rootless engine's wrapper reads them too
@@ -138,4 +130,21 @@ func TestGoPackageChannelByDefault(t *testing.T) {
 			}
 		})
 	}
+}
+
+// itStateDir is a target's state dir for a test of the package: for the
+// rootless engine one that is root's own (hsbx refuses another user's) yet
+// reachable by the engine's user; else the target's ("" for the fakes).
+func itStateDir(t *testing.T, tg enginetest.Target) string {
+	t.Helper()
+	if !tg.Rootless {
+		return tg.StateDir
+	}
+	state, err := os.MkdirTemp("", "hsbx-it-rootless-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	_ = os.Chmod(state, 0o755)
+	return state
 }

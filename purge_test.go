@@ -19,15 +19,7 @@ func TestPurgeHostDirsRefusesUnderASandbox(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			state := tg.StateDir
-			if tg.Rootless { // root's own, reachable by the engine's user
-				var err error
-				if state, err = os.MkdirTemp("", "hsbx-it-rootless-state-"); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { os.RemoveAll(state) })
-				_ = os.Chmod(state, 0o755)
-			}
+			state := itStateDir(t, tg)
 			if state == "" {
 				state = dir
 			}

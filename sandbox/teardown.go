@@ -177,7 +177,7 @@ func (s *Sandbox) PurgeHostDirs(ctx context.Context) ([]string, error) {
 	if len(dirs) == 0 {
 		return nil, nil
 	}
-	cs, err := s.teardownCheck(ctx)
+	cs, err := s.keyOwned(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -194,9 +194,9 @@ func (s *Sandbox) PurgeHostDirs(ctx context.Context) ([]string, error) {
 	return removed, nil
 }
 
-// teardownCheck lists the key's containers that mount its host dirs: its
+// keyOwned lists the key's containers, the ones that mount its host dirs: its
 // shared sandbox and its per-process ones.
-func (s *Sandbox) teardownCheck(ctx context.Context) ([]runtime.Container, error) {
+func (s *Sandbox) keyOwned(ctx context.Context) ([]runtime.Container, error) {
 	full, err := s.keyContainers(ctx)
 	return slices.DeleteFunc(full, func(c runtime.Container) bool { return !s.key.Owns(c) }), err
 }

@@ -321,18 +321,26 @@ func clientGone(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range pids {
-		for {
-			st, err := os.ReadFile("/proc/" + p + "/stat")
-			s := string(st)
-			i := strings.LastIndexByte(s, ')')
-			if err != nil || (i > 0 && i+2 < len(s) && s[i+2] == 'Z') {
-				break
-			}
-			if time.Now().After(deadline) {
-				ts.Fatalf("engine client %s still runs after hsbx was killed", p)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !awaitExit(p, deadline) {
+			ts.Fatalf("engine client %s still runs after hsbx was killed", p)
 		}
+	}
+}
+
+// awaitExit waits until process pid has exited (gone, or a zombie) and
+// reports whether it did before deadline.
+func awaitExit(pid string, deadline time.Time) bool {
+	for {
+		st, err := os.ReadFile("/proc/" + pid + "/stat")
+		s := string(st)
+		i := strings.LastIndexByte(s, ')')
+		if err != nil || (i > 0 && i+2 < len(s) && s[i+2] == 'Z') {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -344,17 +352,8 @@ func execsDone(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	deadline := time.Now().Add(30 * time.Second)
 	for _, m := range regexp.MustCompile(`"pid":\s*(\d+)`).FindAllStringSubmatch(string(b), -1) {
-		for {
-			st, err := os.ReadFile("/proc/" + m[1] + "/stat")
-			s := string(st)
-			i := strings.LastIndexByte(s, ')')
-			if err != nil || (i > 0 && i+2 < len(s) && s[i+2] == 'Z') {
-				break
-			}
-			if time.Now().After(deadline) {
-				ts.Fatalf("exec process %s still runs", m[1])
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !awaitExit(m[1], deadline) {
+			ts.Fatalf("exec process %s still runs", m[1])
 		}
 	}
 }
