@@ -117,6 +117,9 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 		return 0, nil, false
 	case errors.As(err, &be):
 		s.dropChannel(target)
+		if opened.IsZero() {
+			opened = be.AgentSince // the CLI's holder says when its agent answered
+		}
 		berr := s.channelBroke(ctx, target, token, be, opened, began)
 		if errors.Is(berr, errAgentGoneBefore) {
 			s.m.log.Debug("exec channel: its agent was gone before the command was sent; plain exec", "id", target, "error", berr)
@@ -191,7 +194,8 @@ var errAgentGoneBefore = errors.New("the exec channel's agent was gone before th
 
 // channelRunner returns how to reach the agent for target: the holder's
 // socket (CLI) or the Sandbox's own Conn, opened on first use (opened:
-// when, for the Conn; zero for a holder, which judges its own).
+// when its agent answered, for the Conn; zero for a holder, whose
+// BrokenError carries it).
 func (s *Sandbox) channelRunner(ctx context.Context, target string) (run runFunc, opened time.Time, ok bool) {
 	if s.m.c.HolderDir != "" {
 		sock := s.m.HolderSocket(target, s.execUser())

@@ -30,7 +30,14 @@ var ErrNotDelivered = errors.New("the exec channel is not available; the command
 
 // BrokenError says the channel broke after the command was sent: it may
 // have run, so it must not be run again.
-type BrokenError struct{ Err error }
+type BrokenError struct {
+	Err error
+	// AgentSince is when the agent the command went to had answered (zero:
+	// unknown, an older holder): a sandbox started after it and before
+	// the command was sent had ended that agent already (the sandbox
+	// package's rule).
+	AgentSince time.Time
+}
 
 func (e *BrokenError) Error() string {
 	return fmt.Sprintf("the exec channel broke while the command was running (it may have run; not retried): %v", e.Err)
@@ -105,6 +112,7 @@ type Conn struct {
 	w      *wire.Writer
 	closer io.Closer
 	build  string
+	opened time.Time // when the agent answered (a restart after it ended the agent)
 
 	mu      sync.Mutex
 	streams map[uint32]*cstream
@@ -173,7 +181,8 @@ func newConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration, b b
 	case <-time.After(wait):
 		return nil, fmt.Errorf("no hello from the agent within %s", wait)
 	}
-	c.heard.Store(time.Now().UnixNano())
+	c.opened = time.Now()
+	c.heard.Store(c.opened.UnixNano())
 	go c.read(rd)
 	go c.watch()
 	return c, nil
@@ -265,6 +274,10 @@ func (c *Conn) pong(p []byte) {
 
 // Build is the agent's build identity from its hello.
 func (c *Conn) Build() string { return c.build }
+
+// Opened is when the agent answered: a restart of the sandbox after it
+// ended this agent.
+func (c *Conn) Opened() time.Time { return c.opened }
 
 // Done is closed when the channel is down.
 func (c *Conn) Done() <-chan struct{} { return c.done }

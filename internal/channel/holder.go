@@ -152,7 +152,7 @@ func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
 	}
 	w := wire.NewWriter(nc)
 	down := h.Conn.Err() != nil
-	if w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: h.Conn.Build(), Down: down}) != nil || down {
+	if w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: h.Conn.Build(), Down: down, AgentSinceMS: unixMilli(h.Conn.Opened())}) != nil || down {
 		return
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -346,7 +346,14 @@ func (f frameWriter) Write(p []byte) (int, error) {
 // means no holder took the command (none is there, or its channel is
 // down): run it another way. After the command was sent, a broken
 // connection is a *BrokenError: it may have run.
-func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
+func RunVia(ctx context.Context, socket string, req Request) (_ Result, err error) {
+	var h wire.Hello
+	defer func() { // a broken command says when the holder's agent answered
+		var be *BrokenError
+		if errors.As(err, &be) && be.AgentSince.IsZero() && h.AgentSinceMS > 0 {
+			be.AgentSince = time.UnixMilli(h.AgentSinceMS)
+		}
+	}()
 	nc, err := dial(ctx, socket)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
@@ -356,7 +363,6 @@ func RunVia(ctx context.Context, socket string, req Request) (Result, error) {
 	r := wire.NewReader(nc)
 	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	f, err := r.Read()
-	var h wire.Hello
 	if err != nil || f.Type != wire.THello || wire.Decode(f, &h) != nil || h.Proto != wire.Proto || h.Down {
 		return Result{}, fmt.Errorf("%w: the holder did not greet (%v)", ErrNotDelivered, err)
 	}
@@ -553,4 +559,12 @@ func UnavailableReason(socket string) (string, bool) {
 		return "", false
 	}
 	return strings.TrimSpace(string(b)), true
+}
+
+// unixMilli is t in unix milliseconds, 0 for the zero time.
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }

@@ -90,6 +90,9 @@ type Hello struct {
 	// nobody on the other end — and kills what it runs and exits. 0 (an
 	// older hsbx) promises nothing.
 	DeadAfterMS int64 `json:"dead_after_ms,omitempty"`
+	// AgentSinceMS (holder → client) is when the holder's agent answered
+	// (unix milliseconds; 0 from an older holder).
+	AgentSinceMS int64 `json:"agent_since_ms,omitempty"`
 }
 
 // Start asks for a process.
