@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,9 +178,29 @@ func TestChannelSurvivesDaemonRestartWithLiveRestore(t *testing.T) {
 	if i := strings.Index(ls, `"id":"`); i >= 0 {
 		id = ls[i+6 : i+6+64]
 	}
-	agents := func() int { return strings.Count(dockerc("exec", id, "ps"), "/.hsbx-agent-") }
-	if n := agents(); n != 1 {
-		t.Fatalf("%d agents before the restart, want 1", n)
+	// agents lists the pids (in the sandbox) of the processes running
+	// hsbx's agent: the old one is followed by pid, since the CLI may
+	// start a new holder (and so a new agent) before the old one ends.
+	agents := func() []string {
+		var pids []string
+		for _, line := range strings.Split(dockerc("exec", id, "ps", "-o", "pid,args"), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && strings.Contains(line, "/.hsbx-agent-") && !strings.Contains(line, "kill-marked") {
+				pids = append(pids, f[0])
+			}
+		}
+		return pids
+	}
+	before := agents()
+	if len(before) != 1 {
+		t.Fatalf("%d agents before the restart, want 1", len(before))
+	}
+	alive := func(pid string) bool {
+		for _, p := range agents() {
+			if p == pid {
+				return true
+			}
+		}
+		return false
 	}
 
 	type result struct {
@@ -216,12 +237,10 @@ func TestChannelSurvivesDaemonRestartWithLiveRestore(t *testing.T) {
 		t.Fatalf("the command runs on after hsbx said it stopped it:\n%s", ps)
 	}
 	// The old agent hears nothing from hsbx and ends within its bound.
-	for deadline := time.Now().Add(3 * channel.AgentDeadAfter); agents() > 0; time.Sleep(time.Second) {
+	for deadline := time.Now().Add(3 * channel.AgentDeadAfter); alive(before[0]); time.Sleep(time.Second) {
 		if time.Now().After(deadline) {
-			diag := dockerc("exec", id, "sh", "-c", `for p in /proc/[0-9]*; do
-  if tr '\0' ' ' < $p/cmdline | grep -q hsbx-agent; then echo "== $p"; cat $p/stat; echo; for t in $p/task/*; do echo "$t $(cat $t/wchan)"; done; ls -l $p/fd; fi
-done`)
-			t.Fatalf("the old agent outlived its hsbx by 3x its bound:\n%s\n%s", dockerc("exec", id, "ps"), diag)
+			t.Fatalf("the old agent (pid %s in the sandbox) outlived its hsbx by 3x its bound:\n%s\n%s",
+				before[0], dockerc("exec", id, "ps", "-o", "pid,ppid,stat,args"), hostProcDiag(dockerc("top", id, "-eo", "pid,args")))
 		}
 	}
 	// A new channel serves the next command.
@@ -229,7 +248,34 @@ done`)
 	if code, out, msg := runMain(t, environ, "exec", "--task", task, "--", "echo", "after"); code != 0 || out != "after\n" {
 		t.Fatalf("exec after the restart: %d %q %s", code, out, msg)
 	}
-	if n := agents(); n != 1 {
+	if n := len(agents()); n != 1 {
 		t.Fatalf("%d agents after recovery, want 1:\n%s", n, dockerc("exec", id, "ps"))
 	}
+}
+
+// hostProcDiag reads, from the host (the agent is not dumpable, so the
+// sandbox cannot), where each agent process in `docker top` output waits.
+func hostProcDiag(top string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(top, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.Contains(line, "hsbx-agent") {
+			continue
+		}
+		fmt.Fprintf(&b, "== host pid %s: %s\n", f[0], line)
+		st, _ := os.ReadFile("/proc/" + f[0] + "/status")
+		b.Write(st)
+		tasks, _ := filepath.Glob("/proc/" + f[0] + "/task/*")
+		for _, task := range tasks {
+			w, _ := os.ReadFile(task + "/wchan")
+			stack, _ := os.ReadFile(task + "/stack")
+			fmt.Fprintf(&b, "-- %s wchan=%s\n%s", task, w, stack)
+		}
+		fds, _ := filepath.Glob("/proc/" + f[0] + "/fd/*")
+		for _, fd := range fds {
+			l, _ := os.Readlink(fd)
+			fmt.Fprintf(&b, "fd %s -> %s\n", filepath.Base(fd), l)
+		}
+	}
+	return b.String()
 }
