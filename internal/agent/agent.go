@@ -77,6 +77,10 @@ type stream struct {
 	credit func(n int) error // returns stdin credit to the peer
 	mu     sync.Mutex
 	killed int
+	// fwd, for a session's stream, takes hsbx's frames to its keeper
+	// (kconn, once connected).
+	fwd   *fwdQueue
+	kconn io.Closer
 }
 
 // await waits for the loop to end, or for hsbx to break its promise of
@@ -150,37 +154,59 @@ func (a *agent) loop(r *wire.Reader) error {
 			if s != nil || f.Stream == 0 {
 				return fmt.Errorf("stream %d started twice", f.Stream)
 			}
+			if st.Session != "" || st.Op != "" {
+				a.startSession(f.Stream, st)
+				continue
+			}
 			a.start(f.Stream, st)
-		case wire.TStdin, wire.TStdinEOF:
-			if s == nil {
-				continue // the process has ended; its input is moot
-			}
-			if f.Type == wire.TStdinEOF {
-				s.stdin.End()
-			} else if err := s.stdin.Push(f.Type, f.Payload); err != nil {
-				return err
-			}
-		case wire.TCredit:
-			n, err := wire.ParseCredit(f.Payload)
-			if err != nil {
-				return err
-			}
-			if s != nil {
-				if err := s.out.Give(n); err != nil {
+		case wire.TStdin, wire.TStdinEOF, wire.TCredit, wire.TSignal:
+			if s != nil && s.fwd != nil {
+				if err := s.fwd.push(f); err != nil {
 					return err
 				}
+				continue
 			}
-		case wire.TSignal:
-			if len(f.Payload) != 1 {
-				return errors.New("bad signal frame")
-			}
-			if s != nil {
-				s.signal(syscall.Signal(f.Payload[0]))
+			if err := a.streamFrame(s, f); err != nil {
+				return err
 			}
 		default:
 			return fmt.Errorf("unexpected %s frame", f.Type)
 		}
 	}
+}
+
+// streamFrame applies one of hsbx's frames to a process's stream (nil:
+// the process has ended).
+func (a *agent) streamFrame(s *stream, f wire.Frame) error {
+	switch f.Type {
+	case wire.TStdin, wire.TStdinEOF:
+		if s == nil {
+			return nil // the process has ended; its input is moot
+		}
+		if f.Type == wire.TStdinEOF {
+			s.stdin.End()
+		} else if err := s.stdin.Push(f.Type, f.Payload); err != nil {
+			return err
+		}
+	case wire.TCredit:
+		n, err := wire.ParseCredit(f.Payload)
+		if err != nil {
+			return err
+		}
+		if s != nil {
+			if err := s.out.Give(n); err != nil {
+				return err
+			}
+		}
+	case wire.TSignal:
+		if len(f.Payload) != 1 {
+			return errors.New("bad signal frame")
+		}
+		if s != nil {
+			s.signal(syscall.Signal(f.Payload[0]))
+		}
+	}
+	return nil
 }
 
 // start runs one process; its outcome is reported on the stream.
@@ -385,6 +411,16 @@ func (a *agent) killAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, s := range a.streams {
+		if s.fwd != nil {
+			// A session's keeper stops the script when its agent goes.
+			s.mu.Lock()
+			if s.kconn != nil {
+				_ = s.kconn.Close()
+			}
+			s.mu.Unlock()
+			s.fwd.close()
+			continue
+		}
 		s.signal(syscall.SIGKILL)
 		s.out.Close()
 		s.stdin.Close()

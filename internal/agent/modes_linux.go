@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/hsbx/hsbx/internal/hostcopy"
 )
@@ -16,6 +17,8 @@ import (
 //	kill-marked MARKER kill the processes carrying MARKER, print how many
 //	tar-out SRC        write a tar archive of SRC to stdout (docker cp's shape)
 //	tar-in DST         extract the tar archive on stdin at DST (docker cp's placement)
+//	session-keeper DIR NAME IDLE_MS
+//	                   keep session NAME's shell (started by the agent; see Keep)
 func RunMode(args []string, build string) (code int, ok bool) {
 	fail := func(err error) int {
 		os.Stderr.WriteString("hsbx agent: " + err.Error() + "\n")
@@ -32,6 +35,12 @@ func RunMode(args []string, build string) (code int, ok bool) {
 		return 0, true
 	case len(args) == 2 && args[0] == "tar-out":
 		if err := hostcopy.Archive(os.Stdout, args[1]); err != nil {
+			return fail(err), true
+		}
+		return 0, true
+	case len(args) == 4 && args[0] == "session-keeper":
+		idle, _ := strconv.ParseInt(args[3], 10, 64)
+		if err := Keep(args[1], args[2], time.Duration(idle)*time.Millisecond); err != nil {
 			return fail(err), true
 		}
 		return 0, true

@@ -17,7 +17,9 @@ import (
 // Go runtime hands over. The commands it starts are dumpable again (exec
 // resets it): they are the sandbox's, not the channel's.
 func init() {
-	if len(os.Args) == 2 && os.Args[1] == "agent" {
+	// The keeper of a session (keeper.go) holds a shell's pipes and its
+	// agents' connections: sealed the same way.
+	if len(os.Args) == 2 && os.Args[1] == "agent" || len(os.Args) == 5 && os.Args[1] == "session-keeper" {
 		errSeal = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	}
 }

@@ -66,6 +66,8 @@ type Result struct {
 	// WriteErr says the holder could not write the output to a passed
 	// file (and so stopped the command, like Interrupted).
 	WriteErr *WriteError
+	// Session reports on the shell a session's script ran in.
+	Session *wire.SessionNote
 }
 
 // WriteError is a holder's failed write to a file the client passed.
@@ -411,7 +413,7 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 	var res Result
 	select {
 	case e := <-s.exit:
-		res.Code = e.Code
+		res.Code, res.Session = e.Code, e.Session
 		if e.Error != "" {
 			return res, &BrokenError{Err: errors.New(e.Error)}
 		}
@@ -422,7 +424,7 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 		_ = c.w.Write(wire.TSignal, id, []byte{byte(syscall.SIGKILL)})
 		select {
 		case e := <-s.exit:
-			res.Code, res.Killed = e.Code, e.Killed
+			res.Code, res.Killed, res.Session = e.Code, e.Killed, e.Session
 		case <-s.broken:
 			return res, &BrokenError{Err: c.Err()}
 		case <-time.After(KillWait):

@@ -3,6 +3,7 @@ package channel
 import (
 	"context"
 	"errors"
+	"github.com/hsbx/hsbx/internal/agent"
 	"io"
 	"net"
 	"os"
@@ -23,6 +24,10 @@ const otherUID = 1001
 // (HSBX_TEST_FOREIGN_HOLDER=SOCKET:LOG): it greets like a holder and
 // writes whatever a client sends to LOG.
 func TestMain(m *testing.M) {
+	// Sessions' keepers are this binary run again (os.Executable).
+	if code, ok := agent.RunMode(os.Args[1:], "test"); ok {
+		os.Exit(code)
+	}
 	if spec := os.Getenv("HSBX_TEST_FOREIGN_HOLDER"); spec != "" {
 		sock, logPath, _ := strings.Cut(spec, ":")
 		foreignHolder(sock, logPath)

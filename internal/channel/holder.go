@@ -240,7 +240,7 @@ func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
 		}
 	}()
 	res, err := h.Conn.Run(runCtx, req)
-	exit := wire.Exit{Code: res.Code, Killed: res.Killed}
+	exit := wire.Exit{Code: res.Code, Killed: res.Killed, Session: res.Session}
 	var be *BrokenError
 	switch {
 	case errors.Is(err, ErrNotDelivered):
@@ -413,7 +413,7 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 			if err := wire.Decode(f, &e); err != nil {
 				return res, &BrokenError{Err: err}
 			}
-			res.Code, res.Killed = e.Code, e.Killed
+			res.Code, res.Killed, res.Session = e.Code, e.Killed, e.Session
 			if e.WriteFailed != "" {
 				res.Interrupted = true
 				res.WriteErr = &WriteError{Stream: e.WriteFailed, Err: e.WriteError, BrokenPipe: e.BrokenPipe}

@@ -19,8 +19,9 @@ import (
 )
 
 // Proto is the protocol version both ends must speak (Hello.Proto).
-// 2 added Ping and Pong (a peer of another version is refused at hello).
-const Proto = 2
+// 2 added Ping and Pong (a peer of another version is refused at hello);
+// 3 added sessions (Start.Session, Exit.Session).
+const Proto = 3
 
 // MaxPayload bounds a frame's payload; a peer announcing more is broken.
 const MaxPayload = 1 << 20
@@ -112,6 +113,50 @@ type Start struct {
 	// order): the holder writes that output to them itself instead of
 	// sending it back in frames. A holder that took none sends frames.
 	FDs []string `json:"fds,omitempty"`
+	// Session names a persistent shell in the sandbox: Script runs in
+	// it (Argv is empty), or Op acts on it. See SessionOp*.
+	Session string `json:"session,omitempty"`
+	Script  string `json:"script,omitempty"`
+	Op      string `json:"op,omitempty"`
+	// SessionIdleMS ends a session that ran nothing for this long (0: the
+	// agent's default); taken when the session is made.
+	SessionIdleMS int64 `json:"session_idle_ms,omitempty"`
+}
+
+// Session operations (Start.Op). Run (""): Script in Session's shell,
+// made if need be. Close: end Session's shell (exit 0; 1 if there was
+// none). List: one SessionInfo a line, as JSON, on stdout.
+const (
+	SessionOpRun   = ""
+	SessionOpClose = "close"
+	SessionOpList  = "list"
+)
+
+// SessionNote (in Exit, for a session run) says which shell ran the
+// script and what became of the one before.
+type SessionNote struct {
+	ID string `json:"id"` // the shell's identity: a new one means fresh state
+	// New: this run made the shell. Reset then says why an earlier one of
+	// the same name is gone, when the sandbox still knows ("" if it does
+	// not: the first, or the sandbox restarted).
+	New   bool   `json:"new,omitempty"`
+	Reset string `json:"reset,omitempty"`
+	// Ended: the script ended the shell (exit, exec, set -e, a signal),
+	// or it could not be interrupted; the next run makes a new one.
+	Ended string `json:"ended,omitempty"`
+}
+
+// SessionInfo describes one session (SessionOpList).
+type SessionInfo struct {
+	Name     string `json:"name"`
+	ID       string `json:"id"`
+	Shell    string `json:"shell"`
+	PID      int    `json:"pid"`           // the shell's, in the sandbox
+	Cwd      string `json:"cwd,omitempty"` // the shell's working directory
+	Busy     bool   `json:"busy"`          // a script is running
+	Created  int64  `json:"created_ms"`    // unix milliseconds
+	LastUsed int64  `json:"last_used_ms"`  // unix milliseconds
+	IdleMS   int64  `json:"idle_limit_ms"` // it ends after this long unused
 }
 
 // Exit ends a stream.
@@ -131,6 +176,8 @@ type Exit struct {
 	WriteFailed string `json:"write_failed,omitempty"`
 	WriteError  string `json:"write_error,omitempty"`
 	BrokenPipe  bool   `json:"broken_pipe,omitempty"`
+	// Session reports on the shell a session run used.
+	Session *SessionNote `json:"session,omitempty"`
 }
 
 // ErrTooLarge is returned for a frame whose payload exceeds MaxPayload.
