@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,11 @@ type childJob struct {
 // FAKEENGINE_EXEC_INPROCESS=1 runs it in this process instead (unit tests
 // that call Run directly).
 func (f *fake) runExec(c *Container, cmd []string, wd string, env []string) int {
+	// Each fake container's sessions (hsbx's agent keeps them in a
+	// directory of the sandbox's) live apart, and die with it (killExecs).
+	sdir := f.st.path(filepath.Join("sessions", c.ID))
+	_ = os.MkdirAll(sdir, 0o700)
+	env = append(env, "HSBX_SESSIONS_DIR="+sdir)
 	token := ""
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "HSBX_EXEC_ID="); ok {
@@ -229,6 +235,9 @@ func killMarkedProcs(token string, skip map[int]bool) int {
 
 func killExecs(c *Container, token string) int {
 	n := 0
+	if token == "" {
+		n += killSessions(c.ID)
+	}
 	for key, e := range c.Execs {
 		if token != "" && e.Token != token {
 			continue
@@ -237,6 +246,35 @@ func killExecs(c *Container, token string) int {
 			n++
 		}
 		delete(c.Execs, key)
+	}
+	return n
+}
+
+// killSessions kills the processes of a container's sessions (keepers
+// and shells carry its sessions directory in their environment), as a
+// real engine's stop kills everything in the container.
+func killSessions(id string) int {
+	want := []byte("HSBX_SESSIONS_DIR=")
+	suffix := []byte(string(filepath.Separator) + filepath.Join("sessions", id))
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(b, []byte{0}) {
+			if bytes.HasPrefix(kv, want) && bytes.HasSuffix(kv, suffix) {
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					n++
+				}
+				break
+			}
+		}
 	}
 	return n
 }

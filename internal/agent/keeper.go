@@ -80,6 +80,7 @@ type keeper struct {
 	dir, name string
 	idle      time.Duration
 	ln        *net.UnixListener
+	dirf      *os.File
 
 	shell     *os.Process
 	shellPath string
@@ -91,6 +92,7 @@ type keeper struct {
 
 	busy     chan struct{} // held while a script runs
 	handlers sync.WaitGroup
+	finished sync.Once
 	seq      atomic.Uint64
 	lastUsed atomic.Int64 // unix nanoseconds
 	running  atomic.Bool
@@ -197,7 +199,11 @@ func (k *keeper) start() error {
 	if err := os.Rename(tmp, filepath.Join(k.dir, sessInfo)); err != nil {
 		return err
 	}
-	sock := filepath.Join(k.dir, sessSock)
+	sock, dirf, err := shortSock(k.dir)
+	if err != nil {
+		return err
+	}
+	k.dirf = dirf // held for the socket's path
 	_ = os.Remove(sock)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
@@ -305,7 +311,9 @@ func (k *keeper) why() string {
 }
 
 // finish records why the session ended (for the next agent) and leaves.
-func (k *keeper) finish() {
+func (k *keeper) finish() { k.finished.Do(k.doFinish) }
+
+func (k *keeper) doFinish() {
 	if r, _ := k.ending.Load().(string); r != "closed" {
 		_ = os.WriteFile(filepath.Join(k.dir, sessEnded), []byte(k.why()), 0o600)
 	}
@@ -340,9 +348,10 @@ func (k *keeper) handle(c *net.UnixConn) {
 	case wire.SessionOpClose:
 		k.end("closed")
 		<-k.shellDone
+		k.finish()
 		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: 0})
 	case wire.SessionOpRun:
-		k.run(c, rd, w, st)
+		k.run(rd, w, st)
 	}
 }
 
@@ -360,7 +369,7 @@ type krun struct {
 
 func (r *krun) stop() { r.sigOnce.Do(func() { close(r.signal) }) }
 
-func (k *keeper) run(c *net.UnixConn, rd *wire.Reader, w *wire.Writer, st wire.Start) {
+func (k *keeper) run(rd *wire.Reader, w *wire.Writer, st wire.Start) {
 	r := &krun{out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(), signal: make(chan struct{}), opened: make(chan struct{})}
 	// Frames from the agent, from the start: while queued, a Signal or
 	// the agent's going away gives the place up.
@@ -396,8 +405,15 @@ func (k *keeper) run(c *net.UnixConn, rd *wire.Reader, w *wire.Writer, st wire.S
 		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: 130, Session: &wire.SessionNote{ID: k.state.ID}})
 		return
 	case <-k.shellDone:
-		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: 255, Session: &wire.SessionNote{ID: k.state.ID, Ended: k.why()}})
+		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{NotDelivered: true})
 		return
+	}
+	select {
+	case <-k.shellDone: // it ended while this waited: never ran here
+		<-k.busy
+		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{NotDelivered: true})
+		return
+	default:
 	}
 	k.running.Store(true)
 	defer func() {
@@ -493,6 +509,7 @@ func (k *keeper) script(r *krun, w *wire.Writer, st wire.Start) (code int, ended
 			if !ok {
 				<-k.shellDone
 				finishOutput()
+				k.finish() // before the agent hears of it: no run reaches this keeper again
 				return shellCode(k.shellWS), k.why(), nil
 			}
 			f := strings.Fields(line)
@@ -518,6 +535,7 @@ func (k *keeper) script(r *krun, w *wire.Writer, st wire.Start) (code int, ended
 			}
 		case <-k.shellDone:
 			finishOutput()
+			k.finish()
 			return shellCode(k.shellWS), k.why(), nil
 		case <-sig:
 			sig = nil // once
@@ -559,6 +577,7 @@ func (k *keeper) script(r *krun, w *wire.Writer, st wire.Start) (code int, ended
 			k.end("the interrupted script did not give the shell back (it ignores SIGINT, or runs in the shell itself)")
 			<-k.shellDone
 			finishOutput()
+			k.finish()
 			return shellCode(k.shellWS), k.why(), nil
 		}
 	}
@@ -571,7 +590,7 @@ func safeToken(s string) bool {
 		return false
 	}
 	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') {
 			return false
 		}
 	}
@@ -595,16 +614,13 @@ func (k *keeper) sendSync(nonce string) {
 func (k *keeper) feed(r *krun, w *wire.Writer) {
 	f := r.inWriter
 	var credits wire.Credits
-	ended := false
-	for !ended {
+	for {
 		_, p, ok := r.stdin.PopRun()
 		if !ok {
-			ended = true
 			break
 		}
 		if _, err := f.Write(p); err != nil {
 			r.stdin.Close()
-			ended = true
 			break
 		}
 		if n := credits.Consumed(len(p)); n > 0 {
@@ -729,4 +745,15 @@ func uptime() time.Duration {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return time.Duration(v * float64(time.Second))
+}
+
+// shortSock is a path to dir's socket short enough for any dir (a unix
+// socket's path holds 107 bytes): through the directory's descriptor in
+// /proc/self/fd, held open by the returned file until closed.
+func shortSock(dir string) (string, *os.File, error) {
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) + "/" + sessSock, f, nil
 }

@@ -31,14 +31,14 @@ func ValidSessionName(name string) bool {
 		return false
 	}
 	for _, c := range name {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '_' || c == '-') {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && c != '.' && c != '_' && c != '-' {
 			return false
 		}
 	}
 	return true
 }
 
-// SessionsDirVar, in the agent's environment, names the directory its
+// SessionsDirVar names, in the agent's environment, the directory its
 // sessions live in (the fake engines give each sandbox its own).
 const SessionsDirVar = "HSBX_SESSIONS_DIR"
 
@@ -192,13 +192,25 @@ func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 	if strings.IndexByte(st.Script, 0) >= 0 {
 		return a.sessionFail(s.id, st.Session, 2, errors.New("the script holds a NUL byte, which no shell can read"))
 	}
+	for try := 0; ; try++ {
+		ex, again := a.sessionRun(s, st, dir)
+		if !again || try >= 20 {
+			return ex
+		}
+		time.Sleep(10 * time.Millisecond) // an ending keeper lets go of its socket
+	}
+}
+
+// sessionRun is one try of a session run: again when the keeper reached
+// had lost its shell before the script went to it (it never ran).
+func (a *agent) sessionRun(s *stream, st wire.Start, dir string) (wire.Exit, bool) {
 	conn, note, err := ensureKeeper(dir, st.Session, time.Duration(st.SessionIdleMS)*time.Millisecond, s.fwd)
 	if err != nil {
 		code := 125
 		if strings.Contains(err.Error(), "has no shell") {
 			code = 127
 		}
-		return a.sessionFail(s.id, st.Session, code, err)
+		return a.sessionFail(s.id, st.Session, code, err), false
 	}
 	defer conn.Close()
 	s.mu.Lock()
@@ -206,7 +218,7 @@ func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 	s.mu.Unlock()
 	kw := wire.NewWriter(conn)
 	if err := kw.WriteJSON(wire.TStart, 1, wire.Start{Script: st.Script, Stdin: st.Stdin, Marker: st.Marker}); err != nil {
-		return a.sessionFail(s.id, st.Session, 125, fmt.Errorf("the session's keeper did not take the script: %w", err))
+		return a.sessionFail(s.id, st.Session, 125, fmt.Errorf("the session's keeper did not take the script: %w", err)), false
 	}
 	go func() {
 		for {
@@ -222,29 +234,37 @@ func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 		if err != nil {
 			ex := a.sessionFail(s.id, st.Session, 125, errors.New("its keeper went away while the script ran; the session is lost (the script may have run part-way)"))
 			ex.Session = &wire.SessionNote{New: note.New, Reset: note.Reset, Ended: "its keeper went away"}
-			return ex
+			return ex, false
 		}
 		switch f.Type {
 		case wire.TStdout, wire.TStderr, wire.TCredit:
 			if a.w.Write(f.Type, s.id, f.Payload) != nil {
-				return wire.Exit{Code: 125}
+				return wire.Exit{Code: 125}, false
 			}
 		case wire.TExit:
 			var ex wire.Exit
 			if wire.Decode(f, &ex) != nil {
-				return a.sessionFail(s.id, st.Session, 125, errors.New("its keeper sent a bad exit frame"))
+				return a.sessionFail(s.id, st.Session, 125, errors.New("its keeper sent a bad exit frame")), false
+			}
+			if ex.NotDelivered {
+				return wire.Exit{}, true
 			}
 			out := wire.Exit{Code: ex.Code, Killed: ex.Killed, Session: &wire.SessionNote{New: note.New, Reset: note.Reset}}
 			if ex.Session != nil {
 				out.Session.ID, out.Session.Ended = ex.Session.ID, ex.Session.Ended
 			}
-			return out
+			return out, false
 		}
 	}
 }
 
-// dialKeeper connects to a keeper's socket.
-func dialKeeper(sock string) (*net.UnixConn, error) {
+// dialKeeper connects to the keeper's socket in dir.
+func dialKeeper(dir string) (*net.UnixConn, error) {
+	sock, f, err := shortSock(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	return net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 }
 
@@ -262,8 +282,7 @@ func ensureKeeper(dir, name string, idle time.Duration, stop *fwdQueue) (*net.Un
 	if err := ownDir(dir, uid); err != nil {
 		return nil, note, err
 	}
-	sock := filepath.Join(dir, sessSock)
-	if c, err := dialKeeper(sock); err == nil {
+	if c, err := dialKeeper(dir); err == nil {
 		return c, note, nil
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, sessLock), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
@@ -279,7 +298,7 @@ func ensureKeeper(dir, name string, idle time.Duration, stop *fwdQueue) (*net.Un
 			return nil, note, errors.New("another process has been starting this session for 30s")
 		}
 	}
-	if c, err := dialKeeper(sock); err == nil {
+	if c, err := dialKeeper(dir); err == nil {
 		return c, note, nil
 	}
 	note.New = true
@@ -316,7 +335,7 @@ func ensureKeeper(dir, name string, idle time.Duration, stop *fwdQueue) (*net.Un
 	exited := make(chan struct{})
 	go func() { _, _ = p.Wait(); close(exited) }()
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		if c, err := dialKeeper(sock); err == nil {
+		if c, err := dialKeeper(dir); err == nil {
 			return c, note, nil
 		}
 		select {
@@ -348,8 +367,8 @@ func (q *fwdQueue) isClosed() bool {
 
 // keeperCall sends one request to a live keeper and returns its stdout
 // and exit, within wait.
-func keeperCall(sock string, st wire.Start, wait time.Duration) ([]byte, wire.Exit, error) {
-	c, err := dialKeeper(sock)
+func keeperCall(dir string, st wire.Start, wait time.Duration) ([]byte, wire.Exit, error) {
+	c, err := dialKeeper(dir)
 	if err != nil {
 		return nil, wire.Exit{}, err
 	}
@@ -383,7 +402,7 @@ func (a *agent) closeSession(id uint32, dir, name string) wire.Exit {
 	if err := ownDir(dir, os.Geteuid()); err != nil {
 		return a.sessionFail(id, name, 1, errors.New("no such session"))
 	}
-	_, _, err := keeperCall(filepath.Join(dir, sessSock), wire.Start{Op: wire.SessionOpClose}, 10*time.Second)
+	_, _, err := keeperCall(dir, wire.Start{Op: wire.SessionOpClose}, 10*time.Second)
 	_ = os.RemoveAll(dir)
 	if err != nil {
 		return a.sessionFail(id, name, 1, errors.New("no such session (its shell had ended already)"))
@@ -402,7 +421,7 @@ func (a *agent) listSessions(id uint32) wire.Exit {
 		if !ValidSessionName(e.Name()) || !e.IsDir() {
 			continue
 		}
-		out, ex, err := keeperCall(filepath.Join(base, e.Name(), sessSock), wire.Start{Op: "info"}, 2*time.Second)
+		out, ex, err := keeperCall(filepath.Join(base, e.Name()), wire.Start{Op: "info"}, 2*time.Second)
 		if err != nil || ex.Code != 0 {
 			continue
 		}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/hsbx/hsbx/internal/agent"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -394,3 +396,30 @@ func TestSessionIdleLimit(t *testing.T) {
 }
 
 var _ = errors.New
+
+func BenchmarkSessionBuiltin(b *testing.B) {
+	t := &testing.T{}
+	_ = t
+	b.Setenv(SessionsDirVarForTest, b.TempDir())
+	toAgentR, toAgentW := io.Pipe()
+	fromAgentR, fromAgentW := io.Pipe()
+	go func() { _ = agent.Serve(toAgentR, fromAgentW, "bench"); fromAgentW.Close() }()
+	c, err := newConn(fromAgentR, toAgentW, toAgentW, 5*time.Second, defaultBounds())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	run := func() {
+		res, err := c.Run(context.Background(), Request{Start: wire.Start{Session: "bench", Script: "cd /tmp"}})
+		if err != nil || res.Code != 0 {
+			b.Fatal(err, res.Code)
+		}
+	}
+	run()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+	b.StopTimer()
+	_, _ = c.Run(context.Background(), Request{Start: wire.Start{Session: "bench", Op: wire.SessionOpClose}})
+}
