@@ -53,9 +53,15 @@ type Settings struct {
 	// CopyMaxSize bounds the data one `cp` out of a sandbox writes on the
 	// host (copy_max_size; env HSBX_COPY_MAX_SIZE; "0" = no bound).
 	CopyMaxSize Setting[string]
-	Sandbox     SandboxSettings
-	Reaper      ReaperSettings
-	Kubernetes  KubernetesSettings
+	// PersistentShell: `hsbx run` without --session uses the task's
+	// "default" session, so cd and export carry over (persistent_shell;
+	// Hermes TERMINAL_PERSISTENT_SHELL); false: a fresh shell each run.
+	// SessionIdle ends a session unused this long (session_idle).
+	PersistentShell Setting[bool]
+	SessionIdle     Setting[time.Duration]
+	Sandbox         SandboxSettings
+	Reaper          ReaperSettings
+	Kubernetes      KubernetesSettings
 }
 
 // KubernetesSettings are the [kubernetes] table: where the kubectl runtime
@@ -135,6 +141,7 @@ func Defaults() Settings {
 		ExecChannel:   Setting[bool]{true, "default"}, ExecChannelIdle: Setting[time.Duration]{10 * time.Minute, "default"},
 		ExecChannelAgent: Setting[string]{"", "default"},
 		CopyMaxSize:      Setting[string]{DefaultCopyMaxSize, "default"},
+		PersistentShell:  Setting[bool]{true, "default"}, SessionIdle: Setting[time.Duration]{time.Hour, "default"},
 		Sandbox: SandboxSettings{
 			Image: Setting[string]{d.Image, "default"}, Cwd: Setting[string]{d.Cwd, "default"},
 			Volumes: Setting[[]string]{[]string{}, "default"}, Env: Setting[map[string]string]{map[string]string{}, "default"},
@@ -182,6 +189,8 @@ func (s *Settings) fields() []field {
 		{key: "exec_channel_idle", env: []string{"HSBX_EXEC_CHANNEL_IDLE"}, ptr: &s.ExecChannelIdle},
 		{key: "exec_channel_agent", env: []string{"HSBX_EXEC_CHANNEL_AGENT"}, ptr: &s.ExecChannelAgent},
 		{key: "copy_max_size", env: []string{"HSBX_COPY_MAX_SIZE"}, ptr: &s.CopyMaxSize},
+		{key: "persistent_shell", env: []string{"TERMINAL_PERSISTENT_SHELL", "HSBX_PERSISTENT_SHELL"}, ptr: &s.PersistentShell},
+		{key: "session_idle", env: []string{"HSBX_SESSION_IDLE"}, ptr: &s.SessionIdle},
 		{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, flag: "--image", ptr: &sb.Image},
 		{key: "sandbox.cwd", env: []string{"TERMINAL_CWD"}, ptr: &sb.Cwd},
 		{key: "sandbox.volumes", env: []string{"TERMINAL_DOCKER_VOLUMES"}, ptr: &sb.Volumes},
@@ -521,6 +530,9 @@ func (c *Config) Validate() error {
 	if c.ExecChannelIdle.Value <= 0 {
 		return &Error{Source: c.ExecChannelIdle.Source, Key: "exec_channel_idle", Msg: "want a duration > 0"}
 	}
+	if c.SessionIdle.Value <= 0 {
+		return &Error{Source: c.SessionIdle.Source, Key: "session_idle", Msg: "want a duration > 0"}
+	}
 	return nil
 }
 
@@ -584,7 +596,6 @@ func (c *Config) All() ([]string, map[string]Value) {
 // HermesIgnored are the Hermes TERMINAL_* variables hsbx reads but does not
 // act on, with why. `hsbx config` warns about each one that is set.
 var HermesIgnored = []struct{ Name, Why string }{
-	{"TERMINAL_PERSISTENT_SHELL", "hsbx has no persistent shell: each `hsbx exec` runs its command afresh (state lives in the sandbox's files)"},
 	{"TERMINAL_ENV", "hsbx is the docker/podman backend only; other Hermes backends are not hsbx's (\"docker\" is the only value that matches it)"},
 	{"TERMINAL_SSH_HOST", "the ssh backend is not hsbx's"},
 	{"TERMINAL_SSH_USER", "the ssh backend is not hsbx's"},

@@ -87,10 +87,18 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 	if !ok {
 		return 0, nil, false
 	}
+	return s.sendOnChannel(ctx, target, c, env, run, opened)
+}
+
+// sendOnChannel runs c through run, an open way to the agent.
+func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, env map[string]string, run runFunc, opened time.Time) (code int, err error, ok bool) {
 	defer s.markInUse()()
 	token := randomHex(12)
 	keys := slices.Sorted(maps.Keys(env))
 	st := wire.Start{Argv: c.Argv, Dir: c.WorkDir, Marker: ExecIDVar + "=" + token}
+	if r := c.session; r != nil {
+		st.Argv, st.Session, st.Script, st.Op, st.SessionIdleMS = nil, r.name, r.text, r.op, r.idle.Milliseconds()
+	}
 	for _, k := range keys {
 		st.Env = append(st.Env, k+"="+env[k])
 	}
@@ -109,6 +117,9 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 	req.StderrFile, _ = c.Stderr.(*os.File)
 	began := time.Now()
 	res, err := run(execCtx, req)
+	if c.session != nil {
+		c.session.note = res.Session
+	}
 	var be *channel.BrokenError
 	switch {
 	case errors.Is(err, channel.ErrNotDelivered):

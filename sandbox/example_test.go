@@ -84,3 +84,38 @@ func ExampleSandbox_Output() {
 	// true 3 oops
 	// line <nil>
 }
+
+// A session keeps a shell's state from one script to the next: what an
+// agent framework's "run this shell command" tool wants.
+func ExampleSession() {
+	ctx := context.Background()
+	rt, _, err := detect.Open(ctx, detect.Options{})
+	if err != nil {
+		fmt.Println("no engine:", err)
+		return
+	}
+	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
+	defer os.RemoveAll(stateDir)
+	spec := sandbox.DefaultSpec()
+	spec.Image = "busybox"
+	sb := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir}).Sandbox(sandbox.Key{Profile: "default", Task: "example-session"}, spec)
+	defer sb.Down(ctx)
+
+	sh := sb.Session("agent-1")
+	res, err := sh.Run(ctx, `mkdir -p /tmp/proj && cd /tmp/proj && export STAGE=test`, sandbox.Script{})
+	fmt.Println(res.Code, res.New, err)
+
+	var out strings.Builder
+	res, err = sh.Run(ctx, `echo "$(pwd) $STAGE"; exit 3`, sandbox.Script{Stdout: &out})
+	fmt.Print(out.String())
+	fmt.Println(res.Code, res.Ended != "", err)
+
+	res, _ = sh.Run(ctx, `true`, sandbox.Script{})
+	fmt.Println(res.New, res.Reset)
+	_ = sh.Close(ctx)
+	// Output:
+	// 0 true <nil>
+	// /tmp/proj test
+	// 3 true <nil>
+	// true its shell exited (status 3)
+}

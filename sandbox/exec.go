@@ -36,6 +36,8 @@ type Command struct {
 	// Timeout kills the command (in the sandbox, not only the client)
 	// after this long; 0 = none.
 	Timeout time.Duration
+
+	session *sessionReq // RunScript's: a session's script, not Argv
 }
 
 // ExecIDVar marks every process a command starts (the variable is
@@ -153,6 +155,21 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 				}
 				return -1, s.steerError(steer, "the channel is "+s.ChannelStatus(target))
 			}
+		}
+		if c.session != nil {
+			// Only hsbx's agent runs a session: with no channel up, through
+			// a channel of the script's own (and the CLI starts its holder
+			// for the next one, as after a plain exec).
+			code, err, retry := s.sessionOneShot(ctx, target, c, env)
+			if !retry && s.usesChannel(c) {
+				s.afterPlainExec(target)
+			}
+			if !retry || attempt > 0 {
+				return code, err
+			}
+			s.forget(target)
+			known, target = nil, ""
+			continue
 		}
 		began := time.Now()
 		code, err := s.execOnce(ctx, target, c, env)

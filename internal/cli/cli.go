@@ -108,6 +108,8 @@ type grammar struct {
 
 	Up         UpCmd         `cmd:"" help:"Bring the task's sandbox up (create, start or attach) and print its id."`
 	Exec       ExecCmd       `cmd:"" help:"Run a command in the task's sandbox; exits with the command's status."`
+	Run        RunCmd        `cmd:"" help:"Run shell text in a session of the task's sandbox: cd, export and functions carry over from run to run; exits with the text's status."`
+	Session    SessionCmd    `cmd:"" help:"List or close the task's sandbox's sessions."`
 	Shell      ShellCmd      `cmd:"" help:"Open an interactive login shell in the task's sandbox."`
 	Stop       StopCmd       `cmd:"" help:"Stop the task's sandbox, keeping its filesystem."`
 	Down       DownCmd       `cmd:"" help:"Stop and remove the task's sandbox."`

@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hsbx/hsbx/config"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// DefaultSession is the session `run` uses without --session when
+// persistent_shell is on.
+const DefaultSession = "default"
+
+// RunCmd runs shell text in a session.
+type RunCmd struct {
+	taskFlag
+	Session     string   `short:"s" help:"Session (a named, long-lived shell in the sandbox) to run in; default \"default\", or a fresh shell each run when persistent_shell is false (env TERMINAL_PERSISTENT_SHELL)." placeholder:"NAME"`
+	Timeout     string   `help:"Stop the script after this long (as Ctrl-C would; the session lives on) and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
+	Interactive bool     `short:"i" help:"Give the script your stdin (else it reads end of file at once)."`
+	Text        []string `arg:"" passthrough:"partial" help:"The shell text to run (after --; several arguments are joined with spaces)." placeholder:"TEXT"`
+}
+
+func (c *RunCmd) settingFlags() []config.Flag {
+	return append(c.flags(), given(config.Flag{Key: "sandbox.timeout", Value: c.Timeout, Name: "--timeout"})...)
+}
+
+// Run implements the command: the text runs in the session's shell, whose
+// cd, export and functions carry over from run to run; exits with the
+// text's $?.
+func (c *RunCmd) Run(ctx context.Context, app *App) error {
+	text := c.Text
+	if len(text) > 0 && text[0] == "--" {
+		text = text[1:]
+	}
+	if len(text) == 0 {
+		return &exitError{code: ExitUsage, err: errors.New("run: no text given (hsbx run [flags] -- 'TEXT')")}
+	}
+	name, fresh := c.Session, false
+	if name == "" {
+		name = DefaultSession
+		if !app.Cfg.PersistentShell.Value {
+			name, fresh = "run-"+randomName(), true
+		}
+	}
+	if !sandbox.ValidSessionName(name) {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("run: --session %q: %w", name, sandbox.ErrBadSessionName)}
+	}
+	sb, err := app.sandbox(ctx)
+	if err != nil {
+		return err
+	}
+	sc := sandbox.Script{Text: strings.Join(text, " "), Stdout: app.Env.Stdout, Stderr: app.Env.Stderr,
+		Timeout: app.Cfg.Sandbox.Timeout.Value, IdleLimit: app.Cfg.SessionIdle.Value}
+	if c.Interactive {
+		sc.Stdin = app.Env.Stdin
+	}
+	res, err := sb.RunScript(ctx, name, sc)
+	if fresh {
+		_ = sb.CloseSession(context.WithoutCancel(ctx), name)
+	}
+	if cerr := sb.Close(ctx); cerr != nil {
+		fmt.Fprintf(app.Env.Stderr, "hsbx: removing the per-process sandbox: %v\n", cerr)
+	}
+	if !fresh {
+		if res.Reset != "" {
+			fmt.Fprintf(app.Env.Stderr, "hsbx: session %s was reset: %s; this ran in a new shell (its cd, variables and functions start afresh)\n", name, res.Reset)
+		}
+		if res.Ended != "" {
+			fmt.Fprintf(app.Env.Stderr, "hsbx: session %s ended: %s; the next run starts a new shell\n", name, res.Ended)
+		}
+	}
+	var ie *sandbox.InterruptedError
+	var we *sandbox.WriterError
+	switch {
+	case errors.As(err, &ie) && errors.As(ie.Cause, &we):
+		return &exitError{code: ExitBrokenPipe}
+	case errors.As(err, &ie) && errors.Is(ie.Cause, sandbox.ErrCommandTimeout):
+		fmt.Fprintf(app.Env.Stderr, "hsbx: script timed out after %s; stopped it (%d process(es) killed); session %s lives on\n", sc.Timeout, ie.Killed, name)
+		return &exitError{code: ExitTimeout}
+	case errors.As(err, &ie):
+		fmt.Fprintf(app.Env.Stderr, "hsbx: %v; stopped the script (%d process(es) killed)\n", ie.Cause, ie.Killed)
+		return &exitError{code: exitCode(ctx, ie.Cause)}
+	case err != nil:
+		return err
+	}
+	if res.Code != 0 {
+		return &exitError{code: res.Code}
+	}
+	return nil
+}
+
+func randomName() string {
+	return fmt.Sprintf("%x", time.Now().UnixNano())
+}
+
+// SessionCmd lists and closes sessions.
+type SessionCmd struct {
+	Ls    SessionLsCmd    `cmd:"" help:"List the task's sandbox's live sessions."`
+	Close SessionCloseCmd `cmd:"" help:"End a session's shell (and what it runs); the next run of that name starts afresh."`
+}
+
+// SessionLsCmd lists sessions.
+type SessionLsCmd struct {
+	taskFlag
+}
+
+func (c *SessionLsCmd) settingFlags() []config.Flag { return c.flags() }
+
+// Run implements the command (nothing when the sandbox is not running).
+func (c *SessionLsCmd) Run(ctx context.Context, app *App) error {
+	sb, err := app.sandbox(ctx)
+	if err != nil {
+		return err
+	}
+	infos, err := sb.Sessions(ctx)
+	if err != nil {
+		return err
+	}
+	if app.G.JSON {
+		if infos == nil {
+			infos = []sandbox.SessionInfo{}
+		}
+		b, _ := json.Marshal(infos)
+		fmt.Fprintln(app.Env.Stdout, string(b))
+		return nil
+	}
+	tw := tabwriter.NewWriter(app.Env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSHELL\tBUSY\tIDLE\tCWD")
+	for _, in := range infos {
+		idle := time.Since(time.UnixMilli(in.LastUsed)).Round(time.Second)
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", in.Name, in.Shell, in.Busy, idle, safe(in.Cwd))
+	}
+	return tw.Flush()
+}
+
+// SessionCloseCmd closes a session.
+type SessionCloseCmd struct {
+	taskFlag
+	Name string `arg:"" help:"The session to close." placeholder:"NAME"`
+}
+
+func (c *SessionCloseCmd) settingFlags() []config.Flag { return c.flags() }
+
+// Run implements the command; exit 1 when there was no such session.
+func (c *SessionCloseCmd) Run(ctx context.Context, app *App) error {
+	if !sandbox.ValidSessionName(c.Name) {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("session close %q: %w", c.Name, sandbox.ErrBadSessionName)}
+	}
+	sb, err := app.sandbox(ctx)
+	if err != nil {
+		return err
+	}
+	if err := sb.CloseSession(ctx, c.Name); err != nil {
+		if errors.Is(err, sandbox.ErrNoSession) {
+			return &exitError{code: 1, err: err}
+		}
+		return err
+	}
+	return nil
+}

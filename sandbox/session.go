@@ -1,0 +1,223 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/agent"
+	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/wire"
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// Sessions: a session is a named, long-lived shell in the sandbox (bash
+// when the image has it, else sh) that keeps its working directory,
+// variables, functions and aliases from one script to the next. It
+// belongs to the sandbox, not to a process: it outlives the hsbx process
+// (and the channel) that made it, and ends when it is closed, when the
+// sandbox stops, when a script ends its shell (exit, exec, set -e), or
+// after its idle limit. A script's run after such an end says so
+// (ScriptResult.Reset). Scripts on one session run one at a time, in the
+// order they reach it; sessions run in parallel.
+
+// Script is shell text to run in a session.
+type Script struct {
+	Text string
+	// Stdin is the script's input; nil: it reads end of file at once (it
+	// can never read what comes after it).
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Timeout stops the script (as Ctrl-C would, then its processes are
+	// killed) after this long; the session lives on. 0 = none.
+	Timeout time.Duration
+	// IdleLimit ends the session after this long without a script, when
+	// this run makes it; 0 = an hour.
+	IdleLimit time.Duration
+}
+
+// ScriptResult is how a script ended and what became of its session.
+type ScriptResult struct {
+	Code int // the script's $?, or the shell's status when it ended it
+	// ShellID names the shell the script ran in: another ID is another
+	// shell, with none of the last one's state.
+	ShellID string
+	// New: this run started the session's shell. Reset then says why a
+	// shell of this session that ran before is gone ("" when none ran).
+	New   bool
+	Reset string
+	// Ended: the script ended its session's shell (why); the next run
+	// starts a new one.
+	Ended string
+}
+
+// SessionInfo describes a live session.
+type SessionInfo = wire.SessionInfo
+
+// ErrNoSession says there is no session of that name.
+var ErrNoSession = errors.New("no such session")
+
+// ErrBadSessionName says a session name is not 1 to 64 of [A-Za-z0-9._-]
+// (not starting with '.').
+var ErrBadSessionName = errors.New("bad session name: use 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'")
+
+// ValidSessionName says whether name can name a session.
+func ValidSessionName(name string) bool { return agent.ValidSessionName(name) }
+
+type sessionReq struct {
+	name, text, op string
+	idle           time.Duration
+	note           *wire.SessionNote
+}
+
+// RunScript runs sc.Text in session name's shell, starting the shell
+// when the session has none (and the sandbox when it is not up). The
+// error is nil whenever the script ran to its end, whatever its status;
+// an interrupted script (timeout, ctx) is an *InterruptedError, as for
+// Exec.
+func (s *Sandbox) RunScript(ctx context.Context, name string, sc Script) (ScriptResult, error) {
+	if !ValidSessionName(name) {
+		return ScriptResult{}, fmt.Errorf("%w (got %q)", ErrBadSessionName, name)
+	}
+	if strings.IndexByte(sc.Text, 0) >= 0 {
+		return ScriptResult{}, errors.New("the script holds a NUL byte, which no shell can read")
+	}
+	r := &sessionReq{name: name, text: sc.Text, idle: sc.IdleLimit}
+	code, err := s.Exec(ctx, Command{Stdin: sc.Stdin, Stdout: sc.Stdout, Stderr: sc.Stderr, Timeout: sc.Timeout, session: r})
+	res := ScriptResult{Code: code}
+	if n := r.note; n != nil {
+		res.ShellID, res.New, res.Reset, res.Ended = n.ID, n.New, n.Reset, n.Ended
+		s.recordShell(name, &res)
+	}
+	return res, err
+}
+
+// recordShell keeps the id of session name's shell in the state
+// directory, so that a new shell after a restart of the sandbox (which
+// took the sandbox's own record with it) reads as a reset too.
+func (s *Sandbox) recordShell(name string, res *ScriptResult) {
+	if s.ephemeral || res.ShellID == "" {
+		return
+	}
+	path := filepath.Join(s.stateDir(), "sessions", s.key.Hash(), name)
+	if !res.New {
+		return
+	}
+	if prev, err := os.ReadFile(path); err == nil && res.Reset == "" && strings.TrimSpace(string(prev)) != res.ShellID {
+		res.Reset = "its shell is gone: the sandbox was restarted or recreated since"
+	}
+	_ = os.MkdirAll(filepath.Dir(path), 0o700)
+	_ = os.WriteFile(path, []byte(res.ShellID+"\n"), 0o600)
+}
+
+// forgetShell drops session name's record (it was closed).
+func (s *Sandbox) forgetShell(name string) {
+	_ = os.Remove(filepath.Join(s.stateDir(), "sessions", s.key.Hash(), name))
+}
+
+// CloseSession ends session name's shell (and what it runs) and forgets
+// it: the next script of that name starts afresh, with no reset to
+// report. ErrNoSession when it had none.
+func (s *Sandbox) CloseSession(ctx context.Context, name string) error {
+	if !ValidSessionName(name) {
+		return fmt.Errorf("%w (got %q)", ErrBadSessionName, name)
+	}
+	s.forgetShell(name)
+	var stderr strings.Builder
+	r := &sessionReq{name: name, op: wire.SessionOpClose}
+	code, err := s.sessionOp(ctx, r, nil, &stderr)
+	switch {
+	case err != nil:
+		return err
+	case code == 1:
+		return fmt.Errorf("%w: %s", ErrNoSession, name)
+	case code != 0:
+		return fmt.Errorf("closing session %s: %s", name, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// Sessions lists the sandbox's live sessions.
+func (s *Sandbox) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	var out, stderr strings.Builder
+	code, err := s.sessionOp(ctx, &sessionReq{op: wire.SessionOpList}, &out, &stderr)
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("listing sessions: %s", strings.TrimSpace(stderr.String()))
+	}
+	var infos []SessionInfo
+	dec := json.NewDecoder(strings.NewReader(out.String()))
+	for dec.More() {
+		var in SessionInfo
+		if err := dec.Decode(&in); err != nil {
+			return nil, fmt.Errorf("listing sessions: the agent answered %q: %w", clip(out.String(), 200), err)
+		}
+		infos = append(infos, in)
+	}
+	return infos, nil
+}
+
+// sessionOp runs a session operation in a running sandbox (never starts
+// one: a stopped sandbox has no sessions).
+func (s *Sandbox) sessionOp(ctx context.Context, r *sessionReq, stdout, stderr io.Writer) (int, error) {
+	c, found, err := s.probe(ctx)
+	if err != nil {
+		return -1, err
+	}
+	if !found || c.State != runtime.StateRunning {
+		if r.op == wire.SessionOpList {
+			return 0, nil
+		}
+		return 1, nil
+	}
+	return s.Exec(ctx, Command{Stdout: stdout, Stderr: stderr, session: r})
+}
+
+// sessionOneShot runs a session request through a channel opened for it
+// alone (no holder, or the channel turned off): one engine call more
+// than through a channel that is up. retry: the sandbox was not running
+// (ensure it and try once more).
+func (s *Sandbox) sessionOneShot(ctx context.Context, target string, c Command, env map[string]string) (code int, err error, retry bool) {
+	conn, err := channel.Open(ctx, channel.Agent{Runtime: s.rt(), ID: target, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log})
+	if err != nil {
+		if cur, ierr := s.inspectOwn(ctx, target); ierr == nil && (cur == nil || cur.State != runtime.StateRunning) {
+			return -1, err, true
+		}
+		return -1, fmt.Errorf("sessions need hsbx's agent in the sandbox, and it could not start: %w", err), false
+	}
+	defer conn.Close()
+	code, err, _ = s.sendOnChannel(ctx, target, c, env, conn.Run, time.Now())
+	return code, err, false
+}
+
+// Session is a handle on one named session of a sandbox: what an agent
+// framework keeps per conversation. Its methods are safe for concurrent
+// use; scripts on one session run one at a time.
+type Session struct {
+	sb   *Sandbox
+	name string
+}
+
+// Session returns the handle on session name (made on its first Run).
+func (s *Sandbox) Session(name string) *Session { return &Session{sb: s, name: name} }
+
+// Name is the session's name.
+func (ss *Session) Name() string { return ss.name }
+
+// Run runs text in the session's shell (see RunScript); sc.Text is
+// ignored.
+func (ss *Session) Run(ctx context.Context, text string, sc Script) (ScriptResult, error) {
+	sc.Text = text
+	return ss.sb.RunScript(ctx, ss.name, sc)
+}
+
+// Close ends the session's shell (see CloseSession).
+func (ss *Session) Close(ctx context.Context) error { return ss.sb.CloseSession(ctx, ss.name) }
