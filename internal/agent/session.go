@@ -24,20 +24,6 @@ import (
 // keeper's frames reach hsbx only as this stream's output, credit and
 // exit: it cannot speak for the agent.
 
-// ValidSessionName says whether name can name a session: 1 to 64 of
-// [A-Za-z0-9._-], not starting with a dot.
-func ValidSessionName(name string) bool {
-	if name == "" || len(name) > 64 || name[0] == '.' {
-		return false
-	}
-	for _, c := range name {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && c != '.' && c != '_' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
 // SessionsDirVar names, in the agent's environment, the directory its
 // sessions live in (the fake engines give each sandbox its own).
 const SessionsDirVar = "HSBX_SESSIONS_DIR"
