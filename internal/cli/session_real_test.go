@@ -45,7 +45,8 @@ func TestSessionsRealEngines(t *testing.T) {
 				}
 				return out, errOut
 			}
-			must(0, "up")
+			upOut, _ := must(0, "up")
+			id := strings.TrimSpace(upOut)
 			// The first run: no holder yet (a channel of its own).
 			must(0, "run", "--", `mkdir -p /tmp/sess-cwd && cd /tmp/sess-cwd && export GREETING="hi, a=b" && f() { echo "fn $1"; }`)
 			for deadline := time.Now().Add(30 * time.Second); !tg.Fake; time.Sleep(100 * time.Millisecond) {
@@ -88,7 +89,7 @@ func TestSessionsRealEngines(t *testing.T) {
 				t.Fatalf("after exit 7: %q %q", out, errOut)
 			}
 			if !tg.Fake {
-				restart := exec.Command(tg.Bin, "restart", "-t", "0", strings.TrimSpace(mustID(t, env, task)))
+				restart := exec.Command(tg.Bin, "restart", "-t", "0", id)
 				restart.Env = tg.environ
 				if b, err := restart.CombinedOutput(); err != nil {
 					t.Fatalf("restart: %v: %s", err, b)
@@ -105,13 +106,4 @@ func TestSessionsRealEngines(t *testing.T) {
 			must(1, "session", "close", "default")
 		})
 	}
-}
-
-func mustID(t *testing.T, env []string, task string) string {
-	t.Helper()
-	code, out, errOut := runMain(t, env, "up", "--task", task)
-	if code != 0 {
-		t.Fatalf("up: %s", errOut)
-	}
-	return out
 }
