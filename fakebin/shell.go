@@ -83,6 +83,13 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 		}
 		fmt.Fprint(out, strings.Join(args, " ")+nl)
 		return 0, false
+	case "printf": // FORMAT [ARG...]: backslash escapes (\n \t \\ \NNN octal) and %s
+		if len(cmd) < 2 {
+			fmt.Fprintln(s.stderr, "printf: usage: printf FORMAT [ARG]...")
+			return 1, false
+		}
+		fmt.Fprint(out, printfFormat(cmd[1], cmd[2:]))
+		return 0, false
 	case "cat":
 		if s.f.stdin != nil {
 			io.Copy(out, s.f.stdin)
@@ -351,4 +358,50 @@ func (s *miniShell) ps(out io.Writer) int {
 
 // builtins are the programs the fake image has (busybox-like: no bash).
 var builtins = map[string]bool{"true": true, "false": true, "echo": true, "cat": true, "env": true,
-	"printenv": true, "pwd": true, "hostname": true, "id": true, "sleep": true, "sh": true, "ps": true, "yes": true, "seq": true}
+	"printenv": true, "pwd": true, "hostname": true, "id": true, "sleep": true, "sh": true, "ps": true, "yes": true, "seq": true, "printf": true}
+
+// printfFormat is printf's output for format and args (as busybox's for
+// these cases): escapes, %s and %%; the format is reused while args last.
+func printfFormat(format string, args []string) string {
+	var b strings.Builder
+	for {
+		used := false
+		for i := 0; i < len(format); i++ {
+			ch := format[i]
+			switch {
+			case ch == '\\' && i+1 < len(format):
+				i++
+				switch e := format[i]; {
+				case e == 'n':
+					b.WriteByte('\n')
+				case e == 't':
+					b.WriteByte('\t')
+				case e >= '0' && e <= '7':
+					v, j := 0, i
+					for ; j < len(format) && j < i+3 && format[j] >= '0' && format[j] <= '7'; j++ {
+						v = v*8 + int(format[j]-'0')
+					}
+					b.WriteByte(byte(v))
+					i = j - 1
+				default:
+					b.WriteByte(e)
+				}
+			case ch == '%' && i+1 < len(format) && format[i+1] == '%':
+				b.WriteByte('%')
+				i++
+			case ch == '%' && i+1 < len(format) && format[i+1] == 's':
+				if len(args) > 0 {
+					b.WriteString(args[0])
+					args = args[1:]
+				}
+				used = true
+				i++
+			default:
+				b.WriteByte(ch)
+			}
+		}
+		if !used || len(args) == 0 {
+			return b.String()
+		}
+	}
+}

@@ -21,8 +21,9 @@ type Sweeper struct {
 	StopGrace time.Duration
 }
 
-// Removed is a reclaimed sandbox.
-type Removed struct {
+// Entry is one sandbox in a sweep's report: what it is and the verdict's
+// reason. Removed and kept sandboxes are described alike.
+type Entry struct {
 	ID         string `json:"id"`
 	Name       string `json:"name"`
 	Profile    string `json:"profile"`
@@ -32,11 +33,11 @@ type Removed struct {
 	AgeSeconds int64  `json:"age_seconds"`
 }
 
+// Removed is a reclaimed sandbox.
+type Removed = Entry
+
 // Kept is a sandbox left alone, and why.
-type Kept struct {
-	ID     string `json:"id"`
-	Reason string `json:"reason"`
-}
+type Kept = Entry
 
 // Failure is a sandbox the sweep could not handle; the sweep went on.
 type Failure struct {
@@ -117,9 +118,9 @@ func (s *Sweeper) judge(ctx context.Context, o Options, rep *Report) ([]Verdict,
 	for _, v := range verdicts {
 		switch {
 		case !v.Remove:
-			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: v.Reason})
+			rep.Kept = append(rep.Kept, entry(v, v.Reason))
 		case v.Idle && s.StateDir == "":
-			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: "running (no state dir to tell idle from busy)"})
+			rep.Kept = append(rep.Kept, entry(v, "running (no state dir to tell idle from busy)"))
 		default:
 			doomed = append(doomed, v)
 		}
@@ -195,7 +196,7 @@ func (s *Sweeper) stopIdle(ctx context.Context, doomed []Verdict, rep *Report) (
 		}
 		release, ok := sandbox.LockIdle(s.StateDir, v.C.Labels[sandbox.LabelKey])
 		if !ok {
-			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: "running, in use by a live hsbx process"})
+			rep.Kept = append(rep.Kept, entry(v, "running, in use by a live hsbx process"))
 			continue
 		}
 		releases = append(releases, release)
@@ -226,7 +227,7 @@ func (s *Sweeper) stopIdle(ctx context.Context, doomed []Verdict, rep *Report) (
 			if there {
 				reason = fmt.Sprintf("running, in use: %d live exec session(s)", n)
 			}
-			rep.Kept = append(rep.Kept, Kept{ID: v.C.ID, Reason: reason})
+			rep.Kept = append(rep.Kept, entry(v, reason))
 			continue
 		}
 		if err := s.RT.Stop(ctx, v.C.ID, s.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
@@ -324,13 +325,16 @@ func keys(m map[string]error) []string {
 	return out
 }
 
-func removed(v Verdict) Removed {
+func removed(v Verdict) Removed { return entry(v, v.Reason) }
+
+// entry describes v's sandbox with the given reason.
+func entry(v Verdict, reason string) Entry {
 	age := int64(-1)
 	if v.Age >= 0 {
 		age = int64(v.Age / time.Second)
 	}
-	return Removed{ID: v.C.ID, Name: v.C.Name, Profile: v.Profile, Task: v.Task, State: string(v.C.State),
-		Reason: v.Reason, AgeSeconds: age}
+	return Entry{ID: v.C.ID, Name: v.C.Name, Profile: v.Profile, Task: v.Task, State: string(v.C.State),
+		Reason: reason, AgeSeconds: age}
 }
 
 // Summary is the one-line account of a report.

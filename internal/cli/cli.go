@@ -171,7 +171,7 @@ func (a *App) options() hsbx.Options {
 	return hsbx.Options{
 		Config: a.Cfg, Environ: a.Env.Environ, Cwd: a.Env.Cwd, Logger: a.Log,
 		StateDir: a.stateDir(), CacheDir: a.cacheDir(),
-		Warn:      func(s string) { fmt.Fprintf(a.Env.Stderr, "hsbx: warning: %s\n", s) },
+		Warn:      a.warn,
 		Customize: a.channelConfig,
 		OnPull:    a.onPull,
 	}
@@ -180,8 +180,8 @@ func (a *App) options() hsbx.Options {
 // onPull says that an image must be pulled first; on a terminal the
 // engine shows its own progress there, elsewhere one line is all.
 func (a *App) onPull(image string) io.Writer {
-	fmt.Fprintf(a.Env.Stderr, "hsbx: image %s is not present locally; pulling it (up to pull_timeout %s)\n", safe(image), a.Cfg.PullTimeout.Value)
-	if f, ok := a.Env.Stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	a.notice(fmt.Sprintf("image %s is not present locally; pulling it (up to pull_timeout %s)", safe(image), a.Cfg.PullTimeout.Value))
+	if f, ok := a.Env.Stderr.(*os.File); ok && !a.G.JSON && term.IsTerminal(int(f.Fd())) {
 		return f
 	}
 	return nil
@@ -298,10 +298,18 @@ func Main(ctx context.Context, env Env) int {
 	} else {
 		cfg, err := config.Load(config.Options{File: g.Config, Getenv: app.lookupEnv, Flags: flags})
 		if err != nil {
-			fmt.Fprintf(env.Stderr, "hsbx: configuration: %s\n", safe(err.Error()))
 			var ce *config.Error
+			hint := ""
 			if errors.As(err, &ce) {
-				fmt.Fprintf(env.Stderr, "  hint: %s\n", ce.Hint())
+				hint = ce.Hint()
+			}
+			if g.JSON {
+				reportJSON(env.Stderr, "config", "configuration: "+err.Error(), hint, ExitUsage)
+				return ExitUsage
+			}
+			fmt.Fprintf(env.Stderr, "hsbx: configuration: %s\n", safe(err.Error()))
+			if hint != "" {
+				fmt.Fprintf(env.Stderr, "  hint: %s\n", hint)
 			}
 			return ExitUsage
 		}
@@ -315,9 +323,9 @@ func Main(ctx context.Context, env Env) int {
 			logTo = lf
 		}
 	}
-	app.Log = newLogger(logTo, app.Cfg.LogLevel.Value)
+	app.Log = newLogger(logTo, app.Cfg.LogLevel.Value, g.JSON)
 	if err := run(ctx, app); err != nil {
-		return report(ctx, env.Stderr, err)
+		return report(ctx, env.Stderr, err, g.JSON)
 	}
 	return ExitOK
 }
@@ -335,12 +343,18 @@ func parseCommand(env Env) (g *Globals, command string, flags []config.Flag, run
 		return nil, "", nil, nil, exitCode
 	}
 	var ie *internalError
-	if errors.As(err, &ie) {
+	switch {
+	case errors.As(err, &ie) && wantsJSON(env.Args):
+		reportJSON(env.Stderr, "internal", err.Error(), "", ExitError)
+		return nil, "", nil, nil, ExitError
+	case errors.As(err, &ie):
 		fmt.Fprintf(env.Stderr, "hsbx: %v\n", err)
 		return nil, "", nil, nil, ExitError
-	}
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "hsbx: %v\n  hint: run 'hsbx --help' (or 'hsbx COMMAND --help') for usage; nothing was done\n", err)
+	case err != nil && wantsJSON(env.Args):
+		reportJSON(env.Stderr, "usage", err.Error(), usageHint, ExitUsage)
+		return nil, "", nil, nil, ExitUsage
+	case err != nil:
+		fmt.Fprintf(env.Stderr, "hsbx: %v\n  hint: %s\n", err, usageHint)
 		return nil, "", nil, nil, ExitUsage
 	}
 	flags = g.flags()
@@ -377,9 +391,17 @@ type settingFlags interface {
 	settingFlags() []config.Flag
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+// usageHint follows every usage error.
+const usageHint = "run 'hsbx --help' (or 'hsbx COMMAND --help') for usage; nothing was done"
+
+// newLogger logs at level to w: text lines, or JSON objects (one a line)
+// under --json, so that a program reading stderr gets JSON only.
+func newLogger(w io.Writer, level string, asJSON bool) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
+	if asJSON {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
@@ -414,17 +436,23 @@ type SignalError struct{ Signal os.Signal }
 
 func (e *SignalError) Error() string { return "received " + e.Signal.String() }
 
-// report prints err with a hint and returns the exit code it maps to.
-func report(ctx context.Context, w io.Writer, err error) int {
+// report prints err with a hint (as an ErrorReport under --json) and
+// returns the exit code it maps to.
+func report(ctx context.Context, w io.Writer, err error, asJSON bool) int {
 	var ee *exitError
 	if errors.As(err, &ee) && ee.err == nil {
 		return ee.code
 	}
-	fmt.Fprintf(w, "hsbx: %s\n", safeText(err.Error()))
-	if h := runtime.Hint(err); h != "" {
-		fmt.Fprintf(w, "  hint: %s\n", h)
+	code, hint := exitCode(ctx, err), runtime.Hint(err)
+	if asJSON {
+		reportJSON(w, errorKind(ctx, err), err.Error(), hint, code)
+		return code
 	}
-	return exitCode(ctx, err)
+	fmt.Fprintf(w, "hsbx: %s\n", safeText(err.Error()))
+	if hint != "" {
+		fmt.Fprintf(w, "  hint: %s\n", hint)
+	}
+	return code
 }
 
 func exitCode(ctx context.Context, err error) int {

@@ -29,19 +29,18 @@ func (c *ConfigCmd) Run(ctx context.Context, app *App) error {
 			return json.NewEncoder(app.Env.Stdout).Encode(map[string]any{"path": path})
 		}
 		if p == "" {
-			fmt.Fprintln(app.Env.Stderr, "hsbx: no configuration file (defaults and environment only)")
+			app.notice("no configuration file (defaults and environment only)")
 			return nil
 		}
 		_, err := fmt.Fprintln(app.Env.Stdout, p)
 		return err
 	}
 	keys, values := app.Cfg.All()
-	warnings := config.Warnings(app.lookupEnv)
+	for _, w := range config.Warnings(app.lookupEnv) {
+		app.warn(w) // under --json a JSON line on stderr
+	}
 	if app.G.JSON {
 		return json.NewEncoder(app.Env.Stdout).Encode(values)
-	}
-	for _, w := range warnings {
-		fmt.Fprintf(app.Env.Stderr, "hsbx: warning: %s\n", w)
 	}
 	w := tabwriter.NewWriter(app.Env.Stdout, 0, 4, 2, ' ', 0)
 	for _, k := range keys {

@@ -105,15 +105,10 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 			}
 		}
 	}
-	if !app.G.JSON {
-		for _, w := range config.Warnings(app.lookupEnv) {
-			fmt.Fprintf(app.Env.Stderr, "hsbx: warning: %s\n", w)
-		}
+	for _, w := range config.Warnings(app.lookupEnv) {
+		app.warn(w) // under --json a JSON line on stderr
 	}
-	if err != nil {
-		if app.G.JSON {
-			return &exitError{code: ExitEngine}
-		}
+	if err != nil { // under --json an error object on stderr too, as for every command
 		return &exitError{code: ExitEngine, err: fmt.Errorf("no usable container engine: %w", err)}
 	}
 	return nil

@@ -106,8 +106,8 @@ func nonNil(s []string) []string {
 // squats on the sandbox's name (left alone).
 func noSandbox(ctx context.Context, app *App, sb *sandbox.Sandbox) {
 	task := sb.Key().Task
-	fmt.Fprintf(app.Env.Stderr, "hsbx: no sandbox for task %q in profile %q\n", safe(task), safe(app.profile()))
+	app.notice(fmt.Sprintf("no sandbox for task %q in profile %q", safe(task), safe(app.profile())))
 	if c, ok := sb.Squatter(ctx); ok {
-		fmt.Fprintf(app.Env.Stderr, "hsbx: warning: container %s (%.12s) holds this sandbox's name but is not an hsbx sandbox (no hsbx.key=%s label); it was left alone\n", safe(c.Name), c.ID, sb.Key().Hash())
+		app.warn(fmt.Sprintf("container %s (%.12s) holds this sandbox's name but is not an hsbx sandbox (no hsbx.key=%s label); it was left alone", safe(c.Name), c.ID, sb.Key().Hash()))
 	}
 }

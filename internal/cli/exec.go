@@ -21,6 +21,7 @@ type ExecCmd struct {
 	Timeout     string   `help:"Kill the command (in the sandbox) after this long and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
 	Interactive bool     `short:"i" help:"Keep stdin open."`
 	TTY         bool     `short:"t" help:"Allocate a terminal."`
+	MaxOutput   string   `help:"With --json: keep at most this much of each of stdout and stderr in the result (bytes, or like 64k, 4m; default 1m); the rest is counted, not kept." placeholder:"SIZE"`
 	Cmd         []string `arg:"" passthrough:"partial" help:"The command and its arguments (after --; everything before -- is hsbx's)." placeholder:"CMD"`
 }
 
@@ -41,10 +42,43 @@ func (c *ExecCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return &exitError{code: ExitUsage, err: err}
 	}
-	return runInSandbox(ctx, app, sandbox.Command{
+	cmd := sandbox.Command{
 		Argv: argv, WorkDir: c.Workdir, Env: env, Interactive: c.Interactive, TTY: c.TTY,
 		Timeout: app.Cfg.Sandbox.Timeout.Value,
-	})
+	}
+	if app.G.JSON {
+		return execJSON(ctx, app, cmd, c.MaxOutput)
+	}
+	return runInSandbox(ctx, app, cmd)
+}
+
+// execJSON runs cmd with its output kept for one Result on stdout.
+func execJSON(ctx context.Context, app *App, cmd sandbox.Command, maxOutput string) error {
+	limit, err := parseMaxOutput(maxOutput)
+	if err != nil {
+		return err
+	}
+	if cmd.TTY {
+		return &usageError{errors.New("--json and -t: a terminal's output cannot be kept apart as stdout and stderr"), "drop -t (or --json)"}
+	}
+	sb, err := app.sandbox(ctx)
+	if err != nil {
+		return err
+	}
+	j := newJSONRun(limit)
+	cmd.Stdout, cmd.Stderr = &j.out, &j.err
+	if cmd.Interactive {
+		cmd.Stdin = app.Env.Stdin
+	}
+	code, err := sb.Exec(ctx, cmd)
+	if cerr := sb.Close(ctx); cerr != nil {
+		app.warn(fmt.Sprintf("removing the per-process sandbox: %v", cerr))
+	}
+	r := j.result(code)
+	if err != nil && !interrupted(ctx, &r, err) {
+		return err
+	}
+	return app.printResult(r)
 }
 
 // envValues turns -e K=V and -e K into values (K from the caller's env).

@@ -85,6 +85,8 @@ func fastExec(args []string) (g Globals, c ExecCmd, ok bool) {
 				c.Env = append(c.Env, value)
 			case "--timeout":
 				c.Timeout = value
+			case "--max-output":
+				c.MaxOutput = value
 			default:
 				return g, c, false
 			}

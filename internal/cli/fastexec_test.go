@@ -47,7 +47,7 @@ func agree(t *testing.T, args []string) bool {
 	// the engines and the channel's JSON, so no path keeps other bytes.
 	v := func(s string) string { return string([]rune(s)) }
 	fg.Runtime, fg.Config, fg.LogLevel, fg.EngineTimeout, fg.KubeContext, fg.KubeNamespace = v(fg.Runtime), v(fg.Config), v(fg.LogLevel), v(fg.EngineTimeout), v(fg.KubeContext), v(fg.KubeNamespace)
-	fg.Profile.Value, fc.Task.Value, fc.Workdir, fc.Timeout = v(fg.Profile.Value), v(fc.Task.Value), v(fc.Workdir), v(fc.Timeout)
+	fg.Profile.Value, fc.Task.Value, fc.Workdir, fc.Timeout, fc.MaxOutput = v(fg.Profile.Value), v(fc.Task.Value), v(fc.Workdir), v(fc.Timeout), v(fc.MaxOutput)
 	for i := range fc.Env {
 		fc.Env[i] = v(fc.Env[i])
 	}
@@ -71,6 +71,8 @@ func TestFastExecAgreesWithKong(t *testing.T) {
 		{"exec --task=t1 -i -w /tmp -e A=b,c=d -e B --timeout 5s -- cat", true},
 		{"--runtime podman --profile p exec --task t -- true", true},
 		{"--json exec -- true", true},
+		{"--json exec --max-output 64k -- true", true},
+		{"exec --json --max-output=10 -- true", true},
 		{"exec --json -t --interactive --tty -- x", true},
 		{"exec --env=K=V=W --workdir=/w -- x --task y -- z", true},
 		{"--log-level debug --engine-timeout 30s --config /c exec --kube-context k --kube-namespace n -- x", true},

@@ -94,7 +94,7 @@ func (c *HoldCmd) Run(ctx context.Context, app *App) error {
 			_ = lf.Truncate(0)
 		}
 		defer lf.Close()
-		app.Log = newLogger(lf, "info")
+		app.Log = newLogger(lf, "info", false)
 	}
 	pruneHolderFiles(dir.FDPath(), spec.Name)
 	if channel.Alive(sock, time.Second) {
@@ -291,6 +291,10 @@ func (a *App) warnChannelOff(err error) {
 	a.sockWarned = true
 	var ue *privdir.UnsafeError
 	if errors.As(err, &ue) {
+		if a.G.JSON {
+			a.warn(fmt.Sprintf("the exec channel is off (commands take the plain engine path): %s; hint: %s", err, ue.Hint()))
+			return
+		}
 		fmt.Fprintf(a.Env.Stderr, "hsbx: warning: the exec channel is off (commands take the plain engine path): %s\n  hint: %s\n",
 			safe(err.Error()), safe(ue.Hint()))
 		return

@@ -57,7 +57,7 @@ func (c *ReapCmd) Run(ctx context.Context, app *App) error {
 			fmt.Fprintf(app.Env.Stdout, "%s %.12s %s task=%s profile=%s: %s, %s old\n", verb, safe(r.ID), safe(r.Name), safe(r.Task), safe(r.Profile), r.Reason, time.Duration(r.AgeSeconds)*time.Second)
 		}
 		for _, e := range rep.Errors {
-			fmt.Fprintf(app.Env.Stderr, "hsbx: could not reap %.12s: %s\n", safe(e.ID), safe(e.Error))
+			app.notice(fmt.Sprintf("could not reap %.12s: %s", safe(e.ID), safe(e.Error)))
 		}
 		fmt.Fprintln(app.Env.Stdout, rep.Summary(c.DryRun))
 	}

@@ -23,6 +23,7 @@ type RunCmd struct {
 	Session     string   `short:"s" help:"Session (a named, long-lived shell in the sandbox) to run in; default \"default\", or a fresh shell each run when persistent_shell is false (env TERMINAL_PERSISTENT_SHELL)." placeholder:"NAME"`
 	Timeout     string   `help:"Stop the script after this long (as Ctrl-C would; the session lives on) and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
 	Interactive bool     `short:"i" help:"Give the script your stdin (else it reads end of file at once)."`
+	MaxOutput   string   `help:"With --json: keep at most this much of each of stdout and stderr in the result (bytes, or like 64k, 4m; default 1m); the rest is counted, not kept." placeholder:"SIZE"`
 	Text        []string `arg:"" passthrough:"partial" help:"The shell text to run (after --; several arguments are joined with spaces)." placeholder:"TEXT"`
 }
 
@@ -51,12 +52,23 @@ func (c *RunCmd) Run(ctx context.Context, app *App) error {
 	if !sandbox.ValidSessionName(name) {
 		return &exitError{code: ExitUsage, err: fmt.Errorf("run: --session %q: %w", name, sandbox.ErrBadSessionName)}
 	}
+	var j *jsonRun
+	if app.G.JSON {
+		limit, err := parseMaxOutput(c.MaxOutput)
+		if err != nil {
+			return err
+		}
+		j = newJSONRun(limit)
+	}
 	sb, err := app.sandbox(ctx)
 	if err != nil {
 		return err
 	}
 	sc := sandbox.Script{Text: strings.Join(text, " "), Stdout: app.Env.Stdout, Stderr: app.Env.Stderr,
 		Timeout: app.Cfg.Sandbox.Timeout.Value, IdleLimit: app.Cfg.SessionIdle.Value}
+	if j != nil {
+		sc.Stdout, sc.Stderr = &j.out, &j.err
+	}
 	if c.Interactive {
 		sc.Stdin = app.Env.Stdin
 	}
@@ -65,7 +77,15 @@ func (c *RunCmd) Run(ctx context.Context, app *App) error {
 		_ = sb.CloseSession(context.WithoutCancel(ctx), name)
 	}
 	if cerr := sb.Close(ctx); cerr != nil {
-		fmt.Fprintf(app.Env.Stderr, "hsbx: removing the per-process sandbox: %v\n", cerr)
+		app.warn(fmt.Sprintf("removing the per-process sandbox: %v", cerr))
+	}
+	if j != nil {
+		r := j.result(res.Code)
+		if err != nil && !interrupted(ctx, &r, err) {
+			return err
+		}
+		r.Session = &SessionResult{Name: name, ShellID: res.ShellID, New: res.New, Reset: res.Reset, Ended: res.Ended, Fresh: fresh}
+		return app.printResult(r)
 	}
 	if !fresh {
 		if res.Reset != "" {

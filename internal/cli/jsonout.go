@@ -1,0 +1,267 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hsbx/hsbx"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// The machine interface: with --json, `exec` and `run` print one Result
+// object on stdout, every message on stderr is one JSON object per line
+// (warnings, notices, hsbx's log) and an error is an ErrorReport there.
+// The README's "Machine interface" section documents these shapes; they
+// only grow (new fields), never change meaning.
+
+// DefaultMaxOutput is how much of each stream a --json result keeps.
+const DefaultMaxOutput = 1 << 20
+
+// Result is what `exec --json` and `run --json` print.
+type Result struct {
+	ExitCode int `json:"exit_code"` // also hsbx's own exit status
+	// Stdout and Stderr hold the first max-output bytes of each stream,
+	// as UTF-8 text when they are valid UTF-8, else in base64 (the
+	// *_encoding field says which); *_bytes counts the whole stream.
+	Stdout          string  `json:"stdout"`
+	StdoutEncoding  string  `json:"stdout_encoding"`
+	StdoutBytes     int64   `json:"stdout_bytes"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	Stderr          string  `json:"stderr"`
+	StderrEncoding  string  `json:"stderr_encoding"`
+	StderrBytes     int64   `json:"stderr_bytes"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	DurationMS      float64 `json:"duration_ms"`
+	// TimedOut: --timeout fired (exit_code 124). Interrupted says what
+	// else stopped the command (a signal to hsbx, its output's reader
+	// going away); Killed counts the processes killed in the sandbox then.
+	TimedOut    bool   `json:"timed_out"`
+	Interrupted string `json:"interrupted,omitempty"`
+	Killed      int    `json:"killed"`
+	// Session is run's session; absent for exec.
+	Session *SessionResult `json:"session,omitempty"`
+}
+
+// SessionResult is what became of run's session.
+type SessionResult struct {
+	Name    string `json:"name"`
+	ShellID string `json:"shell_id"`
+	New     bool   `json:"new"`   // this run started the session's shell
+	Reset   string `json:"reset"` // why an earlier shell of it is gone ("" = none was)
+	Ended   string `json:"ended"` // why this run ended the shell ("" = it lives on)
+	Fresh   bool   `json:"fresh"` // a throwaway shell (persistent_shell false), closed after the run
+}
+
+// ErrorReport is what an error looks like on stderr under --json.
+type ErrorReport struct {
+	Error struct {
+		Kind     string `json:"kind"` // see errorKind: a stable word
+		Message  string `json:"message"`
+		Hint     string `json:"hint,omitempty"`
+		ExitCode int    `json:"exit_code"`
+	} `json:"error"`
+}
+
+// capture keeps the first limit bytes written and counts them all.
+type capture struct {
+	limit int
+	buf   []byte
+	n     int64
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	if room := c.limit - len(c.buf); room > 0 {
+		c.buf = append(c.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// text is the kept bytes as a JSON string and its encoding. A cut that
+// split a UTF-8 sequence at the limit does not make the rest base64.
+func (c *capture) text() (string, string) {
+	b := c.buf
+	if c.n > int64(len(b)) {
+		for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.Valid(b); i++ {
+			b = b[:len(b)-1]
+		}
+	}
+	if utf8.Valid(b) {
+		return string(b), "utf-8"
+	}
+	return base64.StdEncoding.EncodeToString(c.buf), "base64"
+}
+
+// jsonRun collects one exec or run's output for its Result.
+type jsonRun struct {
+	out, err capture
+	start    time.Time
+}
+
+func newJSONRun(limit int) *jsonRun {
+	return &jsonRun{out: capture{limit: limit}, err: capture{limit: limit}, start: time.Now()}
+}
+
+// result fills in the streams and the duration.
+func (j *jsonRun) result(code int) Result {
+	r := Result{ExitCode: code, DurationMS: float64(time.Since(j.start).Microseconds()) / 1000}
+	r.Stdout, r.StdoutEncoding = j.out.text()
+	r.Stderr, r.StderrEncoding = j.err.text()
+	r.StdoutBytes, r.StdoutTruncated = j.out.n, j.out.n > int64(len(j.out.buf))
+	r.StderrBytes, r.StderrTruncated = j.err.n, j.err.n > int64(len(j.err.buf))
+	return r
+}
+
+// interrupted completes r for an interrupted command and returns the exit
+// code; ok false: err is no interruption.
+func interrupted(ctx context.Context, r *Result, err error) (ok bool) {
+	var ie *sandbox.InterruptedError
+	if !errors.As(err, &ie) {
+		return false
+	}
+	r.Killed = ie.Killed
+	if errors.Is(ie.Cause, sandbox.ErrCommandTimeout) {
+		r.TimedOut, r.ExitCode = true, ExitTimeout
+		return true
+	}
+	r.Interrupted = ie.Cause.Error()
+	r.ExitCode = exitCode(ctx, ie.Cause)
+	return true
+}
+
+// printResult writes r to stdout and returns the exit that goes with it.
+func (a *App) printResult(r Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := a.Env.Stdout.Write(append(b, '\n')); err != nil {
+		return &exitError{code: ExitBrokenPipe}
+	}
+	if r.ExitCode != 0 {
+		return &exitError{code: r.ExitCode}
+	}
+	return nil
+}
+
+// parseMaxOutput reads --max-output: bytes, or with a k/m/g suffix
+// (KiB, MiB, GiB).
+func parseMaxOutput(s string) (int, error) {
+	if s == "" {
+		return DefaultMaxOutput, nil
+	}
+	t := strings.ToLower(strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(s), "ib"), "b"))
+	mult := 1
+	switch {
+	case strings.HasSuffix(t, "k"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "m"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "g"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 || n > (1<<31-1)/mult {
+		return 0, &usageError{fmt.Errorf("--max-output %q: not a size", s), "give bytes, or a size like 64k or 4m (at most 2g)"}
+	}
+	return n * mult, nil
+}
+
+// warn says something the user should know, on stderr: a line of text,
+// or {"warning": ...} under --json.
+func (a *App) warn(msg string) { a.message("warning", "hsbx: warning: ", msg) }
+
+// notice says what hsbx is doing or did, on stderr: a line of text, or
+// {"notice": ...} under --json.
+func (a *App) notice(msg string) { a.message("notice", "hsbx: ", msg) }
+
+func (a *App) message(field, prefix, msg string) {
+	if a.G != nil && a.G.JSON {
+		b, _ := json.Marshal(map[string]string{field: msg})
+		fmt.Fprintf(a.Env.Stderr, "%s\n", b)
+		return
+	}
+	fmt.Fprintf(a.Env.Stderr, "%s%s\n", prefix, msg)
+}
+
+// reportJSON writes err as an ErrorReport on w.
+func reportJSON(w io.Writer, kind, msg, hint string, code int) {
+	var r ErrorReport
+	r.Error.Kind, r.Error.Message, r.Error.Hint, r.Error.ExitCode = kind, msg, hint, code
+	b, _ := json.Marshal(r)
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+// wantsJSON says whether the command line asks for --json (before any
+// "--"): used where it could not be parsed.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--json" || a == "--json=true" {
+			return true
+		}
+	}
+	return false
+}
+
+// errorKind is err's kind under --json: a stable word a program can
+// switch on. The README lists them.
+func errorKind(ctx context.Context, err error) string {
+	var se *SignalError
+	if errors.As(err, &se) || errors.As(context.Cause(ctx), &se) {
+		return "interrupted"
+	}
+	var bs *sandbox.SpecError
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue), errors.As(err, &bs), errors.Is(err, sandbox.ErrBadSessionName):
+		return "usage"
+	case errors.Is(err, sandbox.ErrMemoryPath):
+		return "memory_path"
+	case errors.Is(err, hsbx.ErrUnsafeDir):
+		return "unsafe_dir"
+	case errors.Is(err, sandbox.ErrNoSandbox):
+		return "no_sandbox"
+	case errors.Is(err, sandbox.ErrNoSession):
+		return "no_session"
+	case errors.Is(err, sandbox.ErrSandboxExists):
+		return "sandbox_exists"
+	case errors.Is(err, sandbox.ErrCopyTooLarge):
+		return "copy_too_large"
+	case errors.Is(err, runtime.ErrNoSuchPath):
+		return "no_such_path"
+	}
+	for _, k := range []struct {
+		err  error
+		kind string
+	}{
+		{runtime.ErrBinaryNotFound, "engine_not_found"}, {runtime.ErrUnsupported, "engine_unsupported"},
+		{runtime.ErrUnreachable, "engine_unreachable"}, {runtime.ErrTimeout, "engine_timeout"},
+		{runtime.ErrNetworkSetup, "network_setup"}, {runtime.ErrImageNotFound, "image_not_found"},
+		{runtime.ErrRegistryUnreachable, "registry_unreachable"}, {runtime.ErrRegistryTLS, "registry_tls"},
+		{runtime.ErrRegistryAuth, "registry_auth"}, {runtime.ErrPullTimeout, "pull_timeout"},
+		{sandbox.ErrForeignName, "name_taken"}, {runtime.ErrNameInUse, "name_taken"}, {runtime.ErrForeignClaim, "name_taken"},
+		{runtime.ErrNotRunning, "not_running"}, {runtime.ErrPaused, "paused"}, {runtime.ErrNotFound, "gone"},
+		{runtime.ErrBadOutput, "engine_output"}, {runtime.ErrEngine, "engine"},
+	} {
+		if errors.Is(err, k.err) {
+			return k.kind
+		}
+	}
+	var ee *exitError
+	if errors.As(err, &ee) && ee.code == ExitUsage {
+		return "usage"
+	}
+	return "error"
+}
