@@ -52,6 +52,9 @@ func TestScripts(t *testing.T) {
 			if zsh, err := exec.LookPath("zsh"); err == nil { // [zsh] scripts
 				env.Setenv("ZSH", zsh)
 			}
+			if py := python3(); py != "" { // [python3] scripts
+				env.Setenv("PYTHON3", py)
+			}
 			env.Setenv("FAKEBIN", bindir)
 			env.Setenv("HSBX_KNOWN_PATHS", "")
 			env.Setenv("HOME", filepath.Join(env.WorkDir, "home"))
@@ -74,6 +77,11 @@ func TestScripts(t *testing.T) {
 		},
 		Condition: func(cond string) (bool, error) {
 			switch cond {
+			case "python3":
+				if python3() == "" && os.Getenv("HSBX_REQUIRE_ENGINES") != "" {
+					return false, errors.New("python3 is required here (HSBX_REQUIRE_ENGINES): install Debian's python3")
+				}
+				return python3() != "", nil
 			case "oldhsbx":
 				return haveOldHsbx()
 			case "cgo":
@@ -102,6 +110,7 @@ func TestScripts(t *testing.T) {
 			"rm-sockets":   rmSockets,
 			"old-hsbx":     oldHsbxCmd,
 			"cgo-hsbx":     cgoHsbxCmd,
+			"readme-block": readmeBlock,
 		},
 	})
 }
@@ -575,4 +584,40 @@ func haveCgoHsbx() (bool, error) {
 		return false, errCgo
 	}
 	return errCgo == nil, nil
+}
+
+// python3 is a Python 3 interpreter that runs with PATH holding only the
+// test's bin dir: the system's first (a pyenv shim is a bash script).
+func python3() string {
+	for _, p := range []string{"/usr/bin/python3", "/usr/local/bin/python3"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, _ := exec.LookPath("python3")
+	return p
+}
+
+// readme-block MARKER FILE: write the README's fenced code block that
+// follows the line "<!-- MARKER -->" to FILE, so that an example in the
+// README is tested as it stands.
+func readmeBlock(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: readme-block MARKER FILE")
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	ts.Check(err)
+	_, after, ok := strings.Cut(string(b), "<!-- "+args[0]+" -->\n")
+	if !ok {
+		ts.Fatalf("README.md has no <!-- %s --> marker", args[0])
+	}
+	fence, rest, _ := strings.Cut(after, "\n")
+	if !strings.HasPrefix(fence, "```") {
+		ts.Fatalf("README.md: no code block after <!-- %s -->", args[0])
+	}
+	code, _, ok := strings.Cut(rest, "\n```\n")
+	if !ok {
+		ts.Fatalf("README.md: the code block after <!-- %s --> does not end", args[0])
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(code+"\n"), 0o644))
 }
