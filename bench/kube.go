@@ -57,6 +57,7 @@ func kubeBench(ctx context.Context) string {
 	})
 	rows := warmExecRows(ctx, e, raw, libTimes)
 	rows = append(rows, lib)
+	rows = append(rows, sessionRows(ctx, e, kc("exec", pod, "-c", "sandbox", "--"), "kubectl exec POD --")...)
 	var h, base time.Duration
 	get := kc("get", "pods", "-o", "json", "-l", strings.Join(sandbox.Key{Profile: e.profile, Task: "warm"}.Filters(), ","))
 	h, base = pair(ctx, e, *runs,

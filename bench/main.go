@@ -131,7 +131,9 @@ func main() {
 		raw := func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", id, "true").Elapsed }
 		lib, libTimes := libraryExec(ctx, e, func(id string) []string { return []string{e.bin, "exec", "-i", id, "sh"} })
 		rows := warmExecRows(ctx, e, raw, libTimes)
-		rows = append(rows, lib, warmUp(ctx, e), coldUp(ctx, e), firstExec(ctx, e))
+		rows = append(rows, lib)
+		rows = append(rows, sessionRows(ctx, e, []string{e.bin, "exec", id}, e.name+" exec ID")...)
+		rows = append(rows, warmUp(ctx, e), coldUp(ctx, e), firstExec(ctx, e))
 		rows = append(rows, afterRestart(ctx, e)...)
 		rows = append(rows, bigOutput(ctx, e, append([]string{e.bin, "exec", id}, bigArgv...)))
 		b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")

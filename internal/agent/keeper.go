@@ -667,7 +667,11 @@ func (k *keeper) pump(r *krun, w *wire.Writer, f *os.File, t wire.Type, stop <-c
 			off += c
 		}
 	}
-	go func() { <-stop; _ = f.SetReadDeadline(time.Now()) }()
+	deadlineSet := make(chan struct{})
+	go func() { defer close(deadlineSet); <-stop; _ = f.SetReadDeadline(time.Now()) }()
+	poll := time.NewTimer(time.Hour)
+	defer poll.Stop()
+relay:
 	for {
 		n, err := f.Read(buf)
 		send(buf[:n])
@@ -675,14 +679,22 @@ func (k *keeper) pump(r *krun, w *wire.Writer, f *os.File, t wire.Type, stop <-c
 			break
 		}
 		if err != nil {
-			// EOF: no writer yet, or none left. Wait for the script's end.
+			// EOF: no writer yet, or none left. Wait for the script's
+			// end (then straight to the last read: no spinning on EOF
+			// while the deadline is being set, which starved the
+			// goroutines of a 2-core machine for milliseconds).
+			poll.Reset(5 * time.Millisecond)
 			select {
 			case <-stop:
-			case <-time.After(5 * time.Millisecond):
+				break relay
+			case <-poll.C:
 			}
 		}
 	}
 	// What was written before the status line is in the pipe: take it.
+	// (The deadline is cleared after it was set, never before: a late one
+	// would cut the drain below short and give background jobs SIGPIPE.)
+	<-deadlineSet
 	_ = f.SetReadDeadline(time.Time{})
 	if raw, err := f.SyscallConn(); err == nil {
 		for {

@@ -224,7 +224,10 @@ func TestSessionBackgroundJobs(t *testing.T) {
 			// Returns when its foreground part ends; the job lives on, and
 			// its output (after the script) does not kill it.
 			start := time.Now()
-			r := srun(t, c, "bg", `(sleep 1; while :; do echo tick; sleep 0.2; done) & echo $! > pid; echo started`, func(q *Request) {})
+			// The job's pid goes in a directory of the test's (the shell's
+			// cwd is the package's source directory).
+			pid := filepath.Join(t.TempDir(), "pid")
+			r := srun(t, c, "bg", `(sleep 1; while :; do echo tick; sleep 0.2; done) & echo $! > '`+pid+`'; echo started`, func(q *Request) {})
 			if r.runErr != nil || r.Code != 0 || r.out != "started\n" {
 				t.Fatalf("%+v %v %q %q", r.Result, r.runErr, r.out, r.err)
 			}
@@ -232,7 +235,7 @@ func TestSessionBackgroundJobs(t *testing.T) {
 				t.Fatalf("the script waited for its background job: %s", d)
 			}
 			time.Sleep(2 * time.Second)
-			alive := srun(t, c, "bg", `kill -0 "$(cat pid)" && echo alive`, nil)
+			alive := srun(t, c, "bg", `kill -0 "$(cat '`+pid+`')" && echo alive`, nil)
 			if alive.out != "alive\n" || strings.Contains(alive.out, "tick") {
 				t.Fatalf("the background job: %q %q", alive.out, alive.err)
 			}
@@ -240,7 +243,7 @@ func TestSessionBackgroundJobs(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			srunCtx(ctx, t, c, "bg", "sleep 30", nil)
 			cancel()
-			alive = srun(t, c, "bg", `kill -0 "$(cat pid)" && echo alive; kill "$(cat pid)"`, nil)
+			alive = srun(t, c, "bg", `kill -0 "$(cat '`+pid+`')" && echo alive; kill "$(cat '`+pid+`')"`, nil)
 			if alive.out != "alive\n" {
 				t.Fatalf("the background job after an interrupt: %q %q", alive.out, alive.err)
 			}

@@ -337,6 +337,9 @@ func parseCommand(env Env) (g *Globals, command string, flags []config.Flag, run
 	if fg, fc, ok := fastExec(env.Args); ok {
 		return &fg, "exec", append(fg.flags(), fc.settingFlags()...), fc.Run, -1
 	}
+	if fg, fc, ok := fastRun(env.Args); ok {
+		return &fg, "run", append(fg.flags(), fc.settingFlags()...), fc.Run, -1
+	}
 	exitCode := -1
 	kctx, g, err := parse(env, &exitCode)
 	if exitCode >= 0 { // --help or --version ran and asked to exit

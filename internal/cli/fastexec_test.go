@@ -136,3 +136,93 @@ func FuzzFastExec(f *testing.F) {
 		agree(t, args)
 	})
 }
+
+// kongRun parses args with the whole grammar, as parse does for run.
+func kongRun(args []string) (Globals, RunCmd, bool) {
+	var g grammar
+	quiet := -1
+	p, err := newParser(&g, Env{Stdout: io.Discard, Stderr: io.Discard}, &quiet)
+	if err != nil {
+		panic(err)
+	}
+	kctx, err := p.Parse(args)
+	if err != nil || quiet >= 0 || kctx.Selected() == nil || kctx.Selected().Name != "run" {
+		return Globals{}, RunCmd{}, false
+	}
+	c := g.Run
+	if len(c.Text) > 0 && c.Text[0] == "--" {
+		c.Text = c.Text[1:]
+	}
+	if c.Text == nil {
+		c.Text = []string{}
+	}
+	return g.Globals, c, true
+}
+
+// agreeRun checks that whatever fastRun takes, kong takes the same way.
+func agreeRun(t *testing.T, args []string) bool {
+	t.Helper()
+	fg, fc, ok := fastRun(args)
+	if !ok {
+		return false
+	}
+	kg, kc, kok := kongRun(args)
+	if !kok {
+		t.Fatalf("fastRun took %q, kong refuses it", args)
+	}
+	if fc.Text == nil {
+		fc.Text = []string{}
+	}
+	v := func(s string) string { return string([]rune(s)) }
+	fg.Runtime, fg.Config, fg.LogLevel, fg.EngineTimeout, fg.KubeContext, fg.KubeNamespace = v(fg.Runtime), v(fg.Config), v(fg.LogLevel), v(fg.EngineTimeout), v(fg.KubeContext), v(fg.KubeNamespace)
+	fg.Profile.Value, fc.Task.Value, fc.Session, fc.Timeout, fc.MaxOutput = v(fg.Profile.Value), v(fc.Task.Value), v(fc.Session), v(fc.Timeout), v(fc.MaxOutput)
+	for i := range fc.Text {
+		fc.Text[i] = v(fc.Text[i])
+	}
+	if !reflect.DeepEqual(fg, kg) || !reflect.DeepEqual(fc, kc) {
+		t.Fatalf("%q:\n fast %+v %+v\n kong %+v %+v", args, fg, fc, kg, kc)
+	}
+	return true
+}
+
+func TestFastRunAgreesWithKong(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		fast bool
+	}{
+		{"run -- 'cd /tmp'", true},
+		{"run -- echo a b", true},
+		{"run --task t -s s1 --timeout 5s -i --max-output 4k -- 'x; y'", true},
+		{"--json --profile p run --session=s --task=t -- x", true},
+		{"run --json -- x -- y", true},
+		{"run --", true},
+		// left to kong
+		{"run x", false},
+		{"run -is s -- x", false},
+		{"run -t -- x", false},
+		{"run -w /tmp -- x", false},
+		{"run --session -- x", false},
+		{"run --session '' -- x", false},
+		{"--session s run -- x", false},
+		{"run --help -- x", false},
+		{"exec -- x", false},
+		{"run run -- x", false},
+	} {
+		if got := agreeRun(t, splitLine(c.line)); got != c.fast {
+			t.Errorf("%q: fast %v, want %v", c.line, got, c.fast)
+		}
+	}
+}
+
+func FuzzFastRun(f *testing.F) {
+	for _, s := range []string{"run\x00--\x00true", "--runtime\x00podman\x00run\x00--task=t\x00-s\x00a\x00--\x00x", "run\x00-i\x00--json\x00--\x00a\x00--\x00b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		args := strings.Split(s, "\x00")
+		if len(args) > 40 {
+			return
+		}
+		agreeRun(t, args)
+	})
+}

@@ -1,0 +1,124 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// Sessions through the Go package on every target (the fakes, docker,
+// rootful and rootless podman, the Kubernetes cluster): state carries
+// over with no engine call, a timeout keeps the session, concurrent
+// scripts on one session run one at a time, sessions are apart, a script
+// that ends its shell says so and so does the next run, list and close.
+func TestSessionsEveryEngine(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb, _ := e.channelUp("sess")
+		run := func(ss *sandbox.Session, text string, timeout time.Duration) (sandbox.ScriptResult, string, string, error) {
+			t.Helper()
+			var out, errOut bytes.Buffer
+			res, err := ss.Run(ctx, text, sandbox.Script{Stdout: &out, Stderr: &errOut, Timeout: timeout})
+			return res, out.String(), errOut.String(), err
+		}
+		a := sb.Session("a")
+		first, _, _, err := run(a, `mkdir -p /tmp/sess-a && cd /tmp/sess-a && X="a,b=c d"; export Y=1; f() { echo "fn $1"; }`, 0)
+		if err != nil || first.Code != 0 || !first.New || first.Reset != "" || first.ShellID == "" {
+			t.Fatalf("first run: %+v %v", first, err)
+		}
+		e.log.reset()
+		res, out, errOut, err := run(a, `pwd; echo "$X"; f x; echo err >&2; (exit 4)`, 0)
+		if err != nil || res.Code != 4 || out != "/tmp/sess-a\na,b=c d\nfn x\n" || errOut != "err\n" || res.New || res.ShellID != first.ShellID {
+			t.Fatalf("state did not carry over: %+v %q %q %v", res, out, errOut, err)
+		}
+		if n := len(e.log.all()); n != 0 {
+			t.Errorf("a warm session run made %d engine calls, want 0:\n%s", n, strings.Join(e.log.all(), "\n"))
+		}
+		// $? carries over too.
+		if _, out, _, _ := run(a, `echo $?`, 0); out != "4\n" {
+			t.Errorf("$? after a status of 4: %q", out)
+		}
+
+		// Another session is another shell.
+		b := sb.Session("b")
+		if res, out, _, err := run(b, `pwd; echo "${X:-unset}"`, 0); err != nil || !res.New || res.ShellID == first.ShellID || out == "/tmp/sess-a\na,b=c d\n" {
+			t.Fatalf("session b: %+v %q %v", res, out, err)
+		}
+
+		// A timeout stops the script, not the session.
+		start := time.Now()
+		_, _, _, err = run(a, `sleep 60; echo after`, time.Second)
+		var ie *sandbox.InterruptedError
+		if !errors.As(err, &ie) || !errors.Is(ie.Cause, sandbox.ErrCommandTimeout) {
+			t.Fatalf("timeout: %v", err)
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Errorf("the timeout took %s", d)
+		}
+		if res, out, _, err := run(a, `pwd; echo "$X"`, 0); err != nil || res.ShellID != first.ShellID || out != "/tmp/sess-a\na,b=c d\n" {
+			t.Fatalf("after the timeout: %+v %q %v", res, out, err)
+		}
+
+		// Concurrent read-modify-write scripts on one session: one at a
+		// time, none lost.
+		if _, _, _, err := run(a, `N=0`, 0); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if res, err := a.Run(ctx, `n=$N; sleep 0.05; N=$((n+1))`, sandbox.Script{}); err != nil || res.Code != 0 {
+					t.Errorf("concurrent run: %+v %v", res, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if _, out, _, _ := run(a, `echo $N`, 0); out != "8\n" {
+			t.Errorf("8 concurrent increments gave %q", out)
+		}
+
+		// A script that ends its shell says so; the next run says reset.
+		res, _, _, err = run(a, `exit 3`, 0)
+		if err != nil || res.Code != 3 || res.Ended == "" {
+			t.Fatalf("exit 3: %+v %v", res, err)
+		}
+		res, out, _, err = run(a, `pwd; echo "${X:-unset}"`, 0)
+		if err != nil || !res.New || res.Reset == "" || res.ShellID == first.ShellID || strings.Contains(out, "a,b=c") {
+			t.Fatalf("after exit 3: %+v %q %v", res, out, err)
+		}
+
+		infos, err := sb.Sessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, in := range infos {
+			names[in.Name] = true
+		}
+		if !names["a"] || !names["b"] || len(infos) != 2 {
+			t.Fatalf("sessions: %+v", infos)
+		}
+		for _, ss := range []*sandbox.Session{a, b} {
+			if err := ss.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := ss.Close(ctx); !errors.Is(err, sandbox.ErrNoSession) {
+				t.Fatalf("closing %s twice: %v", ss.Name(), err)
+			}
+		}
+		if infos, err := sb.Sessions(ctx); err != nil || len(infos) != 0 {
+			t.Fatalf("after close: %+v %v", infos, err)
+		}
+		if _, err := sb.RunScript(ctx, "../x", sandbox.Script{Text: "true"}); !errors.Is(err, sandbox.ErrBadSessionName) {
+			t.Fatalf("a bad name: %v", err)
+		}
+	})
+}
