@@ -77,13 +77,16 @@ func ownDir(path string, uid int) error {
 	return nil
 }
 
-// fwdQueue holds frames for a keeper until they are written to it.
+// fwdQueue holds frames for a keeper until they are written to it. A
+// run that its keeper did not take (NotDelivered) gives its frames back
+// (requeue) for the next keeper: stdin never goes missing on a retry.
 type fwdQueue struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	frames []wire.Frame
 	bytes  int
 	closed bool
+	gen    int // the try whose writer may pop
 }
 
 func newFwdQueue() *fwdQueue {
@@ -108,19 +111,44 @@ func (q *fwdQueue) push(f wire.Frame) error {
 	return nil
 }
 
-func (q *fwdQueue) pop() (wire.Frame, bool) {
+// pop takes the next frame for try gen's writer; false once the queue is
+// closed or another try took over.
+func (q *fwdQueue) pop(gen int) (wire.Frame, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.frames) == 0 && !q.closed {
+	for len(q.frames) == 0 && !q.closed && q.gen == gen {
 		q.cond.Wait()
 	}
-	if q.closed {
+	if q.closed || q.gen != gen {
 		return wire.Frame{}, false
 	}
 	f := q.frames[0]
 	q.frames = q.frames[1:]
 	q.bytes -= len(f.Payload)
 	return f, true
+}
+
+// try starts a try: the writers of earlier ones pop nothing more.
+func (q *fwdQueue) try() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.gen++
+	q.cond.Broadcast()
+	return q.gen
+}
+
+// requeue puts frames a keeper did not take back in front, in order.
+func (q *fwdQueue) requeue(frames []wire.Frame) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed || len(frames) == 0 {
+		return
+	}
+	for _, f := range frames {
+		q.bytes += len(f.Payload)
+	}
+	q.frames = append(append([]wire.Frame{}, frames...), q.frames...)
+	q.cond.Broadcast()
 }
 
 func (q *fwdQueue) close() {
@@ -206,14 +234,30 @@ func (a *agent) sessionRun(s *stream, st wire.Start, dir string) (wire.Exit, boo
 	if err := kw.WriteJSON(wire.TStart, 1, wire.Start{Script: st.Script, Stdin: st.Stdin, Marker: st.Marker}); err != nil {
 		return a.sessionFail(s.id, st.Session, 125, fmt.Errorf("the session's keeper did not take the script: %w", err)), false
 	}
+	// The writer: hsbx's frames to this keeper, each recorded first, so
+	// that a run the keeper did not take gives them all back.
+	gen := s.fwd.try()
+	var sent []wire.Frame
+	writerDone := make(chan struct{})
 	go func() {
+		defer close(writerDone)
 		for {
-			f, ok := s.fwd.pop()
-			if !ok || kw.Write(f.Type, 1, f.Payload) != nil {
+			f, ok := s.fwd.pop(gen)
+			if !ok {
+				return
+			}
+			sent = append(sent, f)
+			if kw.Write(f.Type, 1, f.Payload) != nil {
 				return
 			}
 		}
 	}()
+	giveBack := func() {
+		conn.Close() // the writer's write fails, if it is in one
+		s.fwd.try()  // and its pop returns
+		<-writerDone
+		s.fwd.requeue(sent)
+	}
 	rd := wire.NewReader(conn)
 	for {
 		f, err := rd.Read()
@@ -233,6 +277,7 @@ func (a *agent) sessionRun(s *stream, st wire.Start, dir string) (wire.Exit, boo
 				return a.sessionFail(s.id, st.Session, 125, errors.New("its keeper sent a bad exit frame")), false
 			}
 			if ex.NotDelivered {
+				giveBack()
 				return wire.Exit{}, true
 			}
 			out := wire.Exit{Code: ex.Code, Killed: ex.Killed, Session: &wire.SessionNote{New: note.New, Reset: note.Reset}}

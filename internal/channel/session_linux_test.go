@@ -426,3 +426,27 @@ func BenchmarkSessionBuiltin(b *testing.B) {
 	b.StopTimer()
 	_, _ = c.Run(context.Background(), Request{Start: wire.Start{Session: "bench", Op: wire.SessionOpClose}})
 }
+
+// A run queued behind a script that ends the shell is not delivered to
+// that keeper; the agent runs it on the next one — with all of its stdin,
+// which had already gone to the first keeper.
+func TestSessionStdinSurvivesRetry(t *testing.T) {
+	for _, sc := range sessionShells(t) {
+		t.Run(sc.name, func(t *testing.T) {
+			sessionEnv(t, sc)
+			c := pair(t)
+			srun(t, c, "retry", "true", nil)
+			ender := make(chan sres, 1)
+			go func() { ender <- srun(t, c, "retry", "sleep 1; exit 3", nil) }()
+			time.Sleep(300 * time.Millisecond) // the ender holds the shell
+			r := srun(t, c, "retry", `cat; echo "[$?]"`, func(q *Request) { q.Stdin = strings.NewReader("line one\nline two\n") })
+			if r.runErr != nil || r.Code != 0 || r.out != "line one\nline two\n[0]\n" || r.Session == nil || !r.Session.New {
+				t.Fatalf("the queued run: %+v %q %q", r, r.out, r.err)
+			}
+			if e := <-ender; e.Code != 3 || e.Session == nil || e.Session.Ended == "" {
+				t.Fatalf("the ender: %+v", e)
+			}
+			closeSession(t, c, "retry")
+		})
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -27,12 +28,32 @@ func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
 			t.Cleanup(func() {
 				runMain(t, append(env, "TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES=true"), "down", "--task", task)
 			})
-			creator := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sleep", "3")
+			// It says when its command runs: killed before, it would leave
+			// a sandbox with nothing running in it, rightly removed at once.
+			creator := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sh", "-c", "echo started; exec sleep 3")
 			creator.Env = env
+			started, err := creator.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := creator.Start(); err != nil {
 				t.Fatal(err)
 			}
 			defer func() { _ = creator.Process.Kill(); _ = creator.Wait() }()
+			line := make(chan string, 1)
+			go func() {
+				b := make([]byte, 8)
+				n, _ := io.ReadFull(started, b)
+				line <- string(b[:n])
+			}()
+			select {
+			case l := <-line:
+				if l != "started\n" {
+					t.Fatalf("the creator's command said %q", l)
+				}
+			case <-time.After(90 * time.Second):
+				t.Fatal("the creator's command never started")
+			}
 			listed := func() bool {
 				_, out, _ := runMain(t, env, "ls", "--json")
 				return strings.Contains(out, `"task":"`+task+`"`)
