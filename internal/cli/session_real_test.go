@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 
@@ -59,6 +60,16 @@ func TestSessionsRealEngines(t *testing.T) {
 			}
 			if out, errOut := must(0, "run", "--", `pwd; echo "$GREETING"; f x`); out != "/tmp/sess-cwd\nhi, a=b\nfn x\n" || errOut != "" {
 				t.Fatalf("through the holder: %q %q", out, errOut)
+			}
+			// The machine interface: one result object, bytes exact.
+			code, js, errOut := runMain(t, env, "--json", "run", "--task", task, "--", `printf '\377'; echo e >&2; pwd >&2; (exit 6)`)
+			var res Result
+			if err := json.Unmarshal([]byte(js), &res); err != nil || code != 6 || errOut != "" {
+				t.Fatalf("run --json: exit %d: %v: %q %q", code, err, js, errOut)
+			}
+			if res.ExitCode != 6 || res.Stdout != "/w==" || res.StdoutEncoding != "base64" || res.Stderr != "e\n/tmp/sess-cwd\n" ||
+				res.Session == nil || res.Session.Name != "default" || res.Session.New || res.Session.Reset != "" {
+				t.Fatalf("run --json: %s", js)
 			}
 			out, errOut := must(124, "run", "--timeout", "2s", "--", "sleep 60 & sleep 60; echo after")
 			if strings.Contains(out, "after") || !strings.Contains(errOut, "lives on") {
