@@ -163,6 +163,11 @@ func (f *fake) run(args []string, createOnly bool) int {
 			startFailed = true
 			return nil
 		}
+		if f.env["FAKEENGINE_RUN_CLIENT_KILLED"] == "created" {
+			// the client died between the daemon's create and its start
+			st.Containers = append(st.Containers, c)
+			return nil
+		}
 		if !createOnly {
 			c.StartedAt = f.now
 			if longRunning(cmd) {
@@ -182,6 +187,9 @@ func (f *fake) run(args []string, createOnly bool) int {
 			fmt.Fprintf(f.stderr, "docker: Error response from daemon: Conflict. The container name \"/%s\" is already in use by container %q. You have to remove (or rename) that container to be able to reuse that name.\n\nRun 'docker %s --help' for more information\n", c.Name, clash.ID, f.sub)
 		}
 		return 125
+	}
+	if err == nil && f.env["FAKEENGINE_RUN_CLIENT_KILLED"] != "" {
+		return 137 // as a client killed by SIGKILL: nothing said, the daemon's work done
 	}
 	if err == nil && startFailed && noTun {
 		time.Sleep(150 * time.Millisecond)
@@ -374,6 +382,11 @@ func (f *fake) rm(args []string) int {
 				return 125
 			}
 			fmt.Fprintf(f.stderr, "Error response from daemon: removal of container %s is already in progress\n", c.ID)
+			return 1
+		case !force && c.State == "created" && f.env["FAKEENGINE_RM_STARTS_CREATED"] == "1":
+			// the start a killed client had asked for lands first
+			c.State, c.StartedAt = "running", f.now
+			fmt.Fprintf(f.stderr, "Error response from daemon: You cannot remove a running container %s. Stop the container before attempting removal or force remove\n", c.ID)
 			return 1
 		case !force && (c.State == "running" || c.State == "paused"):
 			if f.dialect == "podman" {

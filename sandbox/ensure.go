@@ -404,13 +404,36 @@ func (s *Sandbox) cleanupAttempt(ctx context.Context, nonce string) {
 		return
 	}
 	var ids []string
+	var kept []runtime.Container
 	for _, c := range cs {
-		if c.Labels[LabelNonce] == nonce && !c.State.Alive() {
+		switch {
+		case c.Labels[LabelNonce] != nonce:
+		case c.State.Alive():
+			kept = append(kept, c) // started: a sandbox, maybe in use already
+		default:
 			ids = append(ids, c.ID)
 		}
 	}
 	if err := s.rt().Remove(ctx, false, ids...); err != nil {
-		s.m.c.Warn(fmt.Sprintf("a failed create left container(s) %s behind and they could not be removed: %v", strings.Join(ids, " "), err))
+		// Ask the engine what is left: a start that was on its way (an
+		// interrupted `run`'s) may have landed meanwhile.
+		left, lerr := s.rt().List(ctx, runtime.ListOptions{Labels: []string{LabelNonce + "=" + nonce}})
+		var stuck []string
+		for _, c := range left {
+			switch {
+			case lerr != nil || c.Labels[LabelNonce] != nonce:
+			case c.State.Alive():
+				kept = append(kept, c)
+			default:
+				stuck = append(stuck, c.ID)
+			}
+		}
+		if lerr != nil || len(stuck) > 0 {
+			s.m.c.Warn(fmt.Sprintf("a failed create left container(s) %s behind and they could not be removed: %v", strings.Join(ids, " "), err))
+		}
+	}
+	for _, c := range kept {
+		s.m.c.Warn(fmt.Sprintf("the create of sandbox %s did not finish here, but the engine made and started it (%.12s): it is running, is kept, and the next up uses it (hsbx down removes it)", c.Name, c.ID))
 	}
 }
 

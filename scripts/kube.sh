@@ -340,7 +340,7 @@ provisioner() {
     sleep 1
   done | while read -r phase cls pv; do
     [ "$phase" = Released ] && [ "$cls" = "$class" ] || continue
-    kubectl delete persistentvolume "$pv" --wait=false >/dev/null 2>&1 && rm -rf "${vols:?}/$pv" && echo "provisioner: deleted $pv"
+    kubectl delete persistentvolume "$pv" --wait=false >/dev/null 2>&1 && rm -rf "${vols:?}/$pv" && echo "$(date +%T) provisioner: deleted $pv"
   done
 }
 
@@ -353,7 +353,7 @@ bind() {
     [ "$phase" = Pending ] && [ "$cls" = "$class" ] || continue
     kubectl get persistentvolume "pvc-$uid" >/dev/null 2>&1 && continue
     mkdir -p "$vols/pvc-$uid"
-    if kubectl create -f - >/dev/null 2>&1 <<EOF; then echo "provisioner: pvc-$uid for $ns/$name"; fi
+    if kubectl create -f - >/dev/null 2>&1 <<EOF; then echo "$(date +%T) provisioner: pvc-$uid for $ns/$name"; fi
 {"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-$uid","annotations":{"pv.kubernetes.io/provisioned-by":"hsbx.dev/hostpath"}},
  "spec":{"capacity":{"storage":"$size"},"accessModes":["ReadWriteOnce"],"persistentVolumeReclaimPolicy":"Delete","storageClassName":"$class",
  "claimRef":{"namespace":"$ns","name":"$name","uid":"$uid"},"hostPath":{"path":"$vols/pvc-$uid","type":"DirectoryOrCreate"}}}

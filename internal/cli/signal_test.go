@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,6 +18,19 @@ import (
 // sets HSBX_TEST_HOLDER=1 (passed on with HSBX_HOLDER_ENV), hsbx's holder:
 // the CLI under test starts its holder as its own binary with a flag first.
 func TestMain(m *testing.M) {
+	if os.Getenv("HSBX_TEST_MAIN") == "1" {
+		// This binary is hsbx, signals and all (as cmd/hsbx's run).
+		ctx, cancel := context.WithCancelCause(context.Background())
+		sigs := make(chan os.Signal, 2)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		go func() {
+			s := <-sigs
+			cancel(&SignalError{Signal: s})
+			s = <-sigs
+			os.Exit(128 + int(s.(syscall.Signal)))
+		}()
+		os.Exit(Main(ctx, Env{Args: os.Args[1:], Environ: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
+	}
 	if os.Getenv("HSBX_TEST_HOLDER") == "1" && len(os.Args) > 1 && os.Args[1] == "--log-level" {
 		os.Exit(Main(context.Background(), Env{Args: os.Args[1:], Environ: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
 	}

@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Ctrl-C at any moment of a creating `up`, on the real engines: whatever
+// the engine got done, hsbx never says "could not be removed" about it,
+// leaves no container that is not running, and the next up works (using
+// the one that was kept, if any). The moments are spread over a create.
+func TestUpInterruptedRealEngines(t *testing.T) {
+	for _, tg := range cliTargets(t) {
+		// this test binary is hsbx here, signals and all (TestMain, HSBX_TEST_MAIN)
+		if tg.Fake {
+			continue // the fakes: up_interrupted_create.txtar
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			for _, delay := range []time.Duration{30, 80, 150, 250, 400} {
+				delay *= time.Millisecond
+				task := fmt.Sprintf("intr-%d", time.Now().UnixNano())
+				env := append(append([]string{}, tg.environ...), "HSBX_TEST_MAIN=1") // the test binary acts as hsbx
+				t.Cleanup(func() { runMain(t, env, "down", "--task", task) })
+				up := exec.Command(os.Args[0], "up", "--task", task)
+				up.Env = env
+				var stderr bytes.Buffer
+				up.Stderr = &stderr
+				if err := up.Start(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(delay)
+				_ = up.Process.Signal(syscall.SIGINT)
+				_ = up.Wait()
+				if strings.Contains(stderr.String(), "could not be removed") {
+					t.Fatalf("Ctrl-C after %s: %s", delay, stderr.String())
+				}
+				ids := func(args ...string) []string {
+					ps := exec.Command(tg.Bin, append([]string{"ps", "-q", "--no-trunc", "--filter", "label=hsbx.task=" + task}, args...)...)
+					ps.Env = tg.Env
+					out, err := ps.Output()
+					if err != nil {
+						t.Fatalf("ps: %v", err)
+					}
+					return strings.Fields(string(out))
+				}
+				all, running := ids("-a"), ids()
+				states := map[bool]string{true: "running", false: "none"}[len(running) == 1]
+				if len(all) > 1 || len(all) != len(running) {
+					t.Fatalf("Ctrl-C after %s left %d container(s), %d running (hsbx said: %s)", delay, len(all), len(running), stderr.String())
+				}
+				if code, out, errOut := runMain(t, env, "up", "--task", task, "--json"); code != 0 ||
+					len(running) == 1 && !strings.Contains(out, `"action":"reused"`) {
+					t.Fatalf("up after Ctrl-C at %s (left: %s): exit %d: %s %s", delay, states, code, out, errOut)
+				}
+				t.Logf("Ctrl-C after %s: left %s; hsbx said %q", delay, states, strings.TrimSpace(stderr.String()))
+			}
+		})
+	}
+}
