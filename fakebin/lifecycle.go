@@ -143,6 +143,10 @@ func (f *fake) run(args []string, createOnly bool) int {
 			if clash = st.find(c.Name); clash != nil && clash.Name == c.Name {
 				return errNameInUse
 			}
+			if id, ok := st.Storage[c.Name]; ok {
+				clash = &Container{ID: id, Name: c.Name}
+				return errNameInUse
+			}
 		}
 		c.ID = st.newID(c.Name, f.now)
 		if c.Name == "" {
@@ -161,6 +165,14 @@ func (f *fake) run(args []string, createOnly bool) int {
 			// the container behind in state "created" (measured)
 			st.Containers = append(st.Containers, c)
 			startFailed = true
+			return nil
+		}
+		if f.env["FAKEENGINE_RUN_CLIENT_KILLED"] == "storage" && f.dialect == "podman" {
+			// killed between podman's storage create and its registration
+			if st.Storage == nil {
+				st.Storage = map[string]string{}
+			}
+			st.Storage[c.Name] = c.ID
 			return nil
 		}
 		if f.env["FAKEENGINE_RUN_CLIENT_KILLED"] == "created" {
@@ -339,9 +351,12 @@ func (f *fake) stop(args []string, kill bool) int {
 }
 
 func (f *fake) rm(args []string) int {
-	p, bad := flagSet{bools: set("-f", "--force", "-v", "--volumes")}.parse(args)
-	if bad != "" || len(p.pos) == 0 {
+	p, bad := flagSet{bools: set("-f", "--force", "-v", "--volumes", "--storage")}.parse(args)
+	if bad != "" || len(p.pos) == 0 || p.has("--storage") && f.dialect != "podman" {
 		return f.flagError(bad)
+	}
+	if p.has("--storage") {
+		return f.rmStorage(p.pos)
 	}
 	force := p.has("-f", "--force")
 	if f.dialect == "podman" && len(p.pos) > 1 {
@@ -547,4 +562,40 @@ func refused(list, ref string, c *Container) bool {
 		}
 	}
 	return false
+}
+
+// rmStorage is podman's `rm --storage REF...`: it removes storage-only
+// containers, and a listed container too (measured on 4.3 for exited and
+// created ones; a running one is refused here, unmeasured); a missing one
+// is "no such container", exit 1.
+func (f *fake) rmStorage(refs []string) int {
+	code := 0
+	_ = f.st.update(func(st *State) error {
+		for _, ref := range refs {
+			if c := st.find(ref); c != nil {
+				if c.State == "running" || c.State == "paused" {
+					fmt.Fprintf(f.stderr, "Error: container %q is running: container state improper\n", ref)
+					code = 2
+					continue
+				}
+				st.remove(c)
+				fmt.Fprintln(f.stdout, ref)
+				continue
+			}
+			found := false
+			for name, id := range st.Storage {
+				if ref == name || ref == id {
+					delete(st.Storage, name)
+					fmt.Fprintln(f.stdout, ref)
+					found = true
+				}
+			}
+			if !found {
+				f.notFound(ref)
+				code = 1
+			}
+		}
+		return nil
+	})
+	return code
 }

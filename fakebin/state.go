@@ -65,6 +65,10 @@ type State struct {
 	Pulled []string `json:"pulled,omitempty"`
 	// Claims are the fake kubectl's PersistentVolumeClaims.
 	Claims []*Claim `json:"claims,omitempty"`
+	// Storage are podman's storage-only containers (name -> id): what a
+	// `run` killed between creating the storage and registering the
+	// container leaves. No ps or inspect shows them; they hold the name.
+	Storage map[string]string `json:"storage,omitempty"`
 }
 
 // Claim is one fake PersistentVolumeClaim.

@@ -130,6 +130,19 @@ type ClaimRemover interface {
 	RemoveClaims(ctx context.Context, claims ...Claim) ([]string, error)
 }
 
+// StorageRemover is implemented by runtimes whose engine can hold a
+// container name in its storage without listing a container (podman: a
+// `run` killed between creating the storage and registering the
+// container leaves such a "storage container", which `ps -a` and
+// `inspect` do not show and which blocks the name). RemoveStorage removes
+// the storage container of that exact name; removed is false when there
+// was none. podman 4.3 removes a container it lists as well (an exited
+// or created one, measured), so callers first make sure, by inspect, that
+// no container of the name exists.
+type StorageRemover interface {
+	RemoveStorage(ctx context.Context, name string) (removed bool, err error)
+}
+
 // ExecSpec describes a command to run in a running container.
 type ExecSpec struct {
 	ID      string

@@ -373,12 +373,44 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 func (s *Sandbox) checkNameOwner(ctx context.Context, name string, inUse error) error {
 	cs, err := s.rt().Inspect(ctx, name)
 	if err != nil || len(cs) == 0 {
+		s.clearStorageLeftover(ctx, name)
 		return inUse // gone again: the caller looks once more
 	}
 	if !s.key.Matches(cs[0].Labels) {
 		return fmt.Errorf("%w: %s (id %.12s) has no hsbx.key=%s label; remove or rename it", ErrForeignName, name, cs[0].ID, s.key.Hash())
 	}
 	return &nameTakenError{c: cs[0], err: inUse}
+}
+
+// clearStorageLeftover handles a name the engine says is in use while no
+// container of it can be inspected: with podman, a storage container that
+// an interrupted `run` left (Ctrl-C in an earlier up). Another process's
+// create passes through that state for a moment, so it is removed only
+// once it has stood for youngCreate as seen from here; until then the
+// caller keeps looking. The name is this sandbox's (it holds the key's
+// hash), and inspect has just found no container of it: `podman rm
+// --storage` would remove a listed container too.
+func (s *Sandbox) clearStorageLeftover(ctx context.Context, name string) {
+	sr, ok := s.rt().(runtime.StorageRemover)
+	if !ok || s.rt().Dialect() != runtime.Podman {
+		return
+	}
+	now := time.Now()
+	if s.storageSeen.IsZero() {
+		s.storageSeen = now
+		return
+	}
+	if now.Sub(s.storageSeen) < youngCreate {
+		return
+	}
+	s.storageSeen = time.Time{}
+	removed, err := sr.RemoveStorage(ctx, name)
+	switch {
+	case err != nil:
+		s.m.log.Warn("could not remove a storage-only container holding the sandbox's name", "name", name, "error", err)
+	case removed:
+		s.m.c.Warn(fmt.Sprintf("removed a storage-only container that held sandbox %s's name for %s (an interrupted create had left it; podman lists no such container)", name, youngCreate))
+	}
 }
 
 // nameTakenError is a lost creation race with the winner already inspected, so

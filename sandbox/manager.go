@@ -173,6 +173,9 @@ type Sandbox struct {
 	name           string // derived, or per-process when not persisting
 	ephemeral      bool   // per-process sandbox: removed by Close
 	createdNetwork string // network posture of the container create made
+	// storageSeen is when a create here first met the sandbox's name held
+	// by no container it can inspect (podman's storage-only leftover).
+	storageSeen time.Time
 
 	ch channelState
 	// touched is when this handle last recorded a use (unix nanoseconds):

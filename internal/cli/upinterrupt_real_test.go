@@ -58,6 +58,20 @@ func TestUpInterruptedRealEngines(t *testing.T) {
 					len(running) == 1 && !strings.Contains(out, `"action":"reused"`) {
 					t.Fatalf("up after Ctrl-C at %s (left: %s): exit %d: %s %s", delay, states, code, out, errOut)
 				}
+				if strings.HasPrefix(tg.Name, "podman") {
+					// nothing of it left in podman's storage either, once
+					// the next up is done (podman ps --external)
+					runMain(t, env, "down", "--task", task)
+					ext := exec.Command(tg.Bin, "ps", "-a", "--external", "--format", "{{.Names}}")
+					ext.Env = tg.Env
+					out, err := ext.Output()
+					if err != nil {
+						t.Fatalf("ps --external: %v", err)
+					}
+					if strings.Contains(string(out), task) {
+						t.Fatalf("Ctrl-C after %s: podman's storage still holds %s:\n%s", delay, task, out)
+					}
+				}
 				t.Logf("Ctrl-C after %s: left %s; hsbx said %q", delay, states, strings.TrimSpace(stderr.String()))
 			}
 		})

@@ -371,6 +371,25 @@ func (e *Engine) Remove(ctx context.Context, force bool, ids ...string) error {
 	return errors.Join(errs...)
 }
 
+// RemoveStorage implements runtime.StorageRemover: `podman rm --storage
+// NAME` (it echoes the name; a missing one is "no such container", exit
+// 1 — measured on podman 4.3, which removes a listed container too: see
+// StorageRemover). Docker has no such thing.
+func (e *Engine) RemoveStorage(ctx context.Context, name string) (bool, error) {
+	if e.Dialect() != runtime.Podman {
+		return false, fmt.Errorf("%w: %s keeps no storage-only containers", runtime.ErrUnsupported, e.Dialect())
+	}
+	res, err := e.call(ctx, OpRemove, []string{"rm", "--storage", name}, nil, e.timeout)
+	var ee *runtime.EngineError
+	if errors.As(err, &ee) && e.onlyNotFound(ee.Stderr) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(string(res.Stdout)) != "", nil
+}
+
 // remove runs one rm and returns the refs the engine echoed as removed.
 func (e *Engine) remove(ctx context.Context, force bool, ids []string) (map[string]bool, error) {
 	args := []string{"rm"}
