@@ -11,7 +11,6 @@ import (
 	"os"
 	"reflect"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -463,28 +462,6 @@ func exitCode(ctx context.Context, err error) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	var se *SignalError
-	if errors.As(err, &se) || errors.As(context.Cause(ctx), &se) {
-		if s, ok := se.Signal.(syscall.Signal); ok {
-			return 128 + int(s)
-		}
-		return 130
-	}
-	var bs *sandbox.SpecError
-	var ue *usageError
-	if errors.As(err, &ue) || errors.As(err, &bs) || errors.Is(err, sandbox.ErrMemoryPath) || errors.Is(err, hsbx.ErrUnsafeDir) {
-		return ExitUsage
-	}
-	if errors.Is(err, runtime.ErrNoSuchPath) || errors.Is(err, sandbox.ErrNoSandbox) {
-		return ExitError
-	}
-	for _, engine := range []error{runtime.ErrBinaryNotFound, runtime.ErrUnsupported, runtime.ErrUnreachable, runtime.ErrNetworkSetup,
-		runtime.ErrTimeout, runtime.ErrEngine, runtime.ErrBadOutput, runtime.ErrNotFound, runtime.ErrNameInUse,
-		runtime.ErrNotRunning, runtime.ErrPaused, runtime.ErrImageNotFound, runtime.ErrRegistryUnreachable, runtime.ErrRegistryTLS,
-		runtime.ErrRegistryAuth, runtime.ErrPullTimeout, sandbox.ErrForeignName, runtime.ErrForeignClaim} {
-		if errors.Is(err, engine) {
-			return ExitEngine
-		}
-	}
-	return ExitError
+	_, code := classify(ctx, err)
+	return code
 }

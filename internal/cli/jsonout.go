@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -218,50 +219,66 @@ func wantsJSON(args []string) bool {
 // errorKind is err's kind under --json: a stable word a program can
 // switch on. The README lists them.
 func errorKind(ctx context.Context, err error) string {
+	kind, _ := classify(ctx, err)
+	return kind
+}
+
+// classify is what err is to the CLI: its kind under --json and the exit
+// code it maps to (exitCode takes a code a command chose first).
+func classify(ctx context.Context, err error) (kind string, code int) {
 	var se *SignalError
 	if errors.As(err, &se) || errors.As(context.Cause(ctx), &se) {
-		return "interrupted"
+		if s, ok := se.Signal.(syscall.Signal); ok {
+			return "interrupted", 128 + int(s)
+		}
+		return "interrupted", 130
 	}
 	var bs *sandbox.SpecError
 	var ue *usageError
 	switch {
-	case errors.As(err, &ue), errors.As(err, &bs), errors.Is(err, sandbox.ErrBadSessionName):
-		return "usage"
+	case errors.As(err, &ue), errors.As(err, &bs):
+		return "usage", ExitUsage
 	case errors.Is(err, sandbox.ErrMemoryPath):
-		return "memory_path"
+		return "memory_path", ExitUsage
 	case errors.Is(err, hsbx.ErrUnsafeDir):
-		return "unsafe_dir"
-	case errors.Is(err, sandbox.ErrNoSandbox):
-		return "no_sandbox"
-	case errors.Is(err, sandbox.ErrNoSession):
-		return "no_session"
-	case errors.Is(err, sandbox.ErrSandboxExists):
-		return "sandbox_exists"
-	case errors.Is(err, sandbox.ErrCopyTooLarge):
-		return "copy_too_large"
+		return "unsafe_dir", ExitUsage
 	case errors.Is(err, runtime.ErrNoSuchPath):
-		return "no_such_path"
+		return "no_such_path", ExitError
+	case errors.Is(err, sandbox.ErrNoSandbox):
+		return "no_sandbox", ExitError
 	}
-	for _, k := range []struct {
-		err  error
-		kind string
-	}{
-		{runtime.ErrBinaryNotFound, "engine_not_found"}, {runtime.ErrUnsupported, "engine_unsupported"},
-		{runtime.ErrUnreachable, "engine_unreachable"}, {runtime.ErrTimeout, "engine_timeout"},
-		{runtime.ErrNetworkSetup, "network_setup"}, {runtime.ErrImageNotFound, "image_not_found"},
-		{runtime.ErrRegistryUnreachable, "registry_unreachable"}, {runtime.ErrRegistryTLS, "registry_tls"},
-		{runtime.ErrRegistryAuth, "registry_auth"}, {runtime.ErrPullTimeout, "pull_timeout"},
-		{sandbox.ErrForeignName, "name_taken"}, {runtime.ErrNameInUse, "name_taken"}, {runtime.ErrForeignClaim, "name_taken"},
-		{runtime.ErrNotRunning, "not_running"}, {runtime.ErrPaused, "paused"}, {runtime.ErrNotFound, "gone"},
-		{runtime.ErrBadOutput, "engine_output"}, {runtime.ErrEngine, "engine"},
-	} {
+	for _, k := range engineKinds {
 		if errors.Is(err, k.err) {
-			return k.kind
+			return k.kind, ExitEngine
 		}
+	}
+	switch {
+	case errors.Is(err, sandbox.ErrNoSession):
+		return "no_session", ExitError
+	case errors.Is(err, sandbox.ErrSandboxExists):
+		return "sandbox_exists", ExitError
+	case errors.Is(err, sandbox.ErrCopyTooLarge):
+		return "copy_too_large", ExitError
 	}
 	var ee *exitError
 	if errors.As(err, &ee) && ee.code == ExitUsage {
-		return "usage"
+		return "usage", ExitError
 	}
-	return "error"
+	return "error", ExitError
+}
+
+// engineKinds are the errors that say the engine is missing, unreachable
+// or failing (exit 125), with their --json kinds.
+var engineKinds = []struct {
+	err  error
+	kind string
+}{
+	{runtime.ErrBinaryNotFound, "engine_not_found"}, {runtime.ErrUnsupported, "engine_unsupported"},
+	{runtime.ErrUnreachable, "engine_unreachable"}, {runtime.ErrTimeout, "engine_timeout"},
+	{runtime.ErrNetworkSetup, "network_setup"}, {runtime.ErrImageNotFound, "image_not_found"},
+	{runtime.ErrRegistryUnreachable, "registry_unreachable"}, {runtime.ErrRegistryTLS, "registry_tls"},
+	{runtime.ErrRegistryAuth, "registry_auth"}, {runtime.ErrPullTimeout, "pull_timeout"},
+	{sandbox.ErrForeignName, "name_taken"}, {runtime.ErrNameInUse, "name_taken"}, {runtime.ErrForeignClaim, "name_taken"},
+	{runtime.ErrNotRunning, "not_running"}, {runtime.ErrPaused, "paused"}, {runtime.ErrNotFound, "gone"},
+	{runtime.ErrBadOutput, "engine_output"}, {runtime.ErrEngine, "engine"},
 }
