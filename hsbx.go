@@ -232,7 +232,8 @@ func (c *Client) Sandbox(task string) *sandbox.Sandbox {
 // List lists the configured profile's sandboxes (or the shared container
 // key's).
 func (c *Client) List(ctx context.Context) ([]sandbox.Listing, error) {
-	return c.m.List(ctx, c.o.Config.Scope(), false)
+	spec := c.o.Config.Spec()
+	return c.m.List(ctx, c.o.Config.Scope(), false, &spec)
 }
 
 // Sweeper is the reaper's sweep over this client's engine and state dir.

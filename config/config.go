@@ -98,6 +98,9 @@ type SandboxSettings struct {
 	Persistent             Setting[bool]
 	PersistAcrossProcesses Setting[bool]
 	Timeout                Setting[time.Duration]
+	// OnDrift: what to do with a sandbox made from other settings
+	// (on_drift: warn | recreate | error).
+	OnDrift Setting[string]
 }
 
 // ReaperSettings are the [reaper] table.
@@ -153,6 +156,7 @@ func Defaults() Settings {
 			SnapCompat: Setting[bool]{d.SnapCompat, "default"}, RunAsHostUser: Setting[bool]{d.RunAsHostUser, "default"},
 			MountCwdToWorkspace: Setting[bool]{d.MountCwdToWorkspace, "default"}, Persistent: Setting[bool]{d.Persistent, "default"},
 			PersistAcrossProcesses: Setting[bool]{d.PersistAcrossProcesses, "default"}, Timeout: Setting[time.Duration]{0, "default"},
+			OnDrift: Setting[string]{string(sandbox.DriftWarn), "default"},
 		},
 		Reaper: ReaperSettings{
 			OrphanReaper: Setting[bool]{true, "default"}, Lifetime: Setting[time.Duration]{300 * time.Second, "default"},
@@ -211,6 +215,7 @@ func (s *Settings) fields() []field {
 		{key: "sandbox.persistent", env: []string{"TERMINAL_CONTAINER_PERSISTENT"}, ptr: &sb.Persistent},
 		{key: "sandbox.persist_across_processes", env: []string{"TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES"}, ptr: &sb.PersistAcrossProcesses},
 		{key: "sandbox.timeout", env: []string{"TERMINAL_TIMEOUT"}, flag: "--timeout", ptr: &sb.Timeout},
+		{key: "sandbox.on_drift", env: []string{"HSBX_ON_DRIFT"}, ptr: &sb.OnDrift, enum: sandbox.DriftPolicies},
 		{key: "reaper.orphan_reaper", env: []string{"TERMINAL_DOCKER_ORPHAN_REAPER"}, ptr: &r.OrphanReaper},
 		{key: "reaper.lifetime", env: []string{"TERMINAL_LIFETIME_SECONDS"}, ptr: &r.Lifetime},
 		{key: "reaper.idle_after", flag: "--idle", ptr: &r.IdleAfter},
@@ -556,7 +561,7 @@ func (c *Config) Spec() sandbox.Spec {
 		Persistent: sb.Persistent.Value, PersistAcrossProcesses: sb.PersistAcrossProcesses.Value,
 		SandboxDir: sb.SandboxDir.Value, SnapCompat: sb.SnapCompat.Value,
 		StorageClass: c.Kubernetes.StorageClass.Value, StorageSize: c.Kubernetes.StorageSize.Value,
-		Explicit: map[string]bool{},
+		OnDrift: sandbox.DriftPolicy(sb.OnDrift.Value), Explicit: map[string]bool{},
 	}
 	for _, f := range c.fields() {
 		if name, ok := strings.CutPrefix(f.key, "sandbox."); ok && f.source() != "default" {

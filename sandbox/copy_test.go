@@ -257,7 +257,7 @@ func TestCopyInAndOut(t *testing.T) {
 		if err := none.CopyOut(ctx, "/workspace", out); !errors.Is(err, sandbox.ErrNoSandbox) {
 			t.Errorf("copying out of a task without a sandbox: %v, want ErrNoSandbox", err)
 		}
-		if ls, _ := e.manager().List(ctx, e.key("copy-none").Scope(), false); slices.ContainsFunc(ls, func(l sandbox.Listing) bool { return l.Task == e.key("copy-none").Task }) {
+		if ls, _ := e.manager().List(ctx, e.key("copy-none").Scope(), false, nil); slices.ContainsFunc(ls, func(l sandbox.Listing) bool { return l.Task == e.key("copy-none").Task }) {
 			t.Error("copying out of a task without a sandbox made one")
 		}
 	})

@@ -28,14 +28,29 @@ var ErrForeignName = errors.New("container name taken by a container that is not
 // id); otherwise a probe (ps, then inspect of what it found) before any
 // action, so a sandbox made elsewhere — by another host or by Hermes — is
 // found rather than duplicated.
-func (s *Sandbox) Ensure(ctx context.Context) (Result, error) { return s.ensureFrom(ctx, nil) }
+//
+// A sandbox made from other settings than the handle's (see Drift) is
+// handled by Spec.OnDrift: used as it is with one warning (warn, the
+// default), replaced when no command runs in it (recreate), or refused
+// with a *DriftError (error). Result.Drift names the settings.
+func (s *Sandbox) Ensure(ctx context.Context) (Result, error) { return s.ensureFrom(ctx, nil, false) }
+
+// Recreate replaces the key's sandbox with one made from the handle's
+// settings, whether or not they differ (`hsbx up --recreate`), and returns
+// the new one, up. Files in /workspace and /root are kept when the sandbox
+// is persistent; its sessions and the rest of its filesystem are not. A
+// sandbox a command runs in is not replaced: an error wrapping ErrBusy.
+// With no sandbox it is Ensure.
+func (s *Sandbox) Recreate(ctx context.Context) (Result, error) { return s.ensureFrom(ctx, nil, true) }
 
 // ensureFrom is Ensure starting from a container the caller has just
 // inspected and found to be this sandbox, not running (nil: none), so no
-// call is spent finding it again.
-func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container) (Result, error) {
+// call is spent finding it again; force replaces what it finds (Recreate).
+func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container, force bool) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.forceRecreate = force
+	defer func() { s.forceRecreate = false }()
 	if s.ephemeral {
 		res, err := s.ensureEphemeral(ctx)
 		if err == nil {
@@ -45,7 +60,7 @@ func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container) (Res
 	}
 	res, err := s.ensure(ctx, known)
 	if err == nil {
-		writeMarker(s.stateDir(), s.key.Hash(), marker{ID: res.ID, Network: res.network})
+		writeMarker(s.stateDir(), s.key.Hash(), res.marker())
 		touchLastUse(s.stateDir(), s.key.Hash())
 		if res.Action != Reused {
 			s.m.coldStart(ctx)
@@ -142,7 +157,7 @@ func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
 		switch {
 		case why == nil:
 			cands = append(cands, c)
-		case !errors.Is(why, ErrNotHermes) && !warnedOnce(s.stateDir(), s.key.Hash(), c.ID):
+		case !errors.Is(why, ErrNotHermes) && !warnedOnce(s.stateDir(), s.key.Hash(), c.ID[:min(12, len(c.ID))]):
 			s.m.c.Warn(fmt.Sprintf("the Hermes-made sandbox %s (%.12s) has this task's labels, but hsbx will not attach to it: %v; hsbx keeps its own sandbox %s next to it", c.Name, c.ID, why, s.name))
 		}
 	}
@@ -205,9 +220,26 @@ func pick(cs []runtime.Container) (runtime.Container, bool) {
 // false when c is busy with another process or could not be brought up
 // and is out of the way now: the caller looks again.
 func (s *Sandbox) activate(ctx context.Context, c runtime.Container, patient bool) (Result, bool, error) {
+	young := !c.Created.IsZero() && time.Since(c.Created) < youngCreate
+	if c.State == runtime.StateCreated && young && patient && !creatorGone(c.Labels[LabelCreator]) {
+		// Another process's `run` is between create and start (or
+		// failing and about to clean up): let it finish.
+		return Result{}, false, fmt.Errorf("sandbox %s is being created by another process", c.Name)
+	}
+	drift, msg, said, kept, err := s.judgeDrift(ctx, c)
+	if err != nil || !kept {
+		return Result{}, err != nil, err // replaced: the caller looks again and makes it anew
+	}
 	if err := s.checkNetwork(c); err != nil {
 		return Result{}, true, err
 	}
+	res, done, err := s.bringUp(ctx, c)
+	res.Drift, res.DriftWarned, res.driftMsg = drift, said, msg
+	return res, done, err
+}
+
+// bringUp is activate's part that attaches, unpauses or starts c.
+func (s *Sandbox) bringUp(ctx context.Context, c runtime.Container) (Result, bool, error) {
 	rt := s.m.c.Runtime
 	switch c.State {
 	case runtime.StateRunning:
@@ -220,12 +252,6 @@ func (s *Sandbox) activate(ctx context.Context, c runtime.Container, patient boo
 		s.id, c.State = c.ID, runtime.StateRunning
 		return s.result(c, Started), true, nil
 	case runtime.StateCreated, runtime.StateExited:
-		young := !c.Created.IsZero() && time.Since(c.Created) < youngCreate
-		if c.State == runtime.StateCreated && young && patient && !creatorGone(c.Labels[LabelCreator]) {
-			// Another process's `run` is between create and start (or
-			// failing and about to clean up): let it finish.
-			return Result{}, false, fmt.Errorf("sandbox %s is being created by another process", c.Name)
-		}
 		err := rt.Start(ctx, c.ID)
 		if err == nil {
 			s.id, c.State = c.ID, runtime.StateRunning
@@ -259,8 +285,8 @@ func (s *Sandbox) checkNetwork(c runtime.Container) error {
 	if s.spec.Network || c.NetworkMode == "none" {
 		return nil
 	}
-	return &SpecError{Setting: "network", Msg: fmt.Sprintf("network is off, but the existing sandbox %s (%.12s) has network mode %q; run `hsbx down --task %s` to replace it with an air-gapped one, or set network = true",
-		c.Name, c.ID, c.NetworkMode, s.key.Task)}
+	return &SpecError{Setting: "network", Msg: fmt.Sprintf("network is off, but the existing sandbox %s (%.12s) has network mode %q; run `hsbx up --recreate --task %s` to replace it with an air-gapped one (or `hsbx down --task %s`), or set network = true",
+		c.Name, c.ID, c.NetworkMode, s.key.Task, s.key.Task)}
 }
 
 // backoff grows from ~50ms to ~1s, jittered so racing processes spread out.
@@ -331,6 +357,9 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 				s.m.c.Warn(w)
 			}
 		}
+		// What it is made from as the caller asked (not as adjusted to
+		// this engine here: a learned no-network is not a difference).
+		rs.Labels[LabelConfig] = s.configLabel()
 		nonce := randomHex(8)
 		rs.Labels[LabelNonce] = nonce
 		if cr := creatorLabel(); cr != "" {

@@ -131,7 +131,7 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 	lost := ""                   // the verified container the engine says is gone
 	for attempt := 0; ; attempt++ {
 		if target == "" {
-			res, err := s.ensureFrom(ctx, known)
+			res, err := s.ensureFrom(ctx, known, false)
 			if err != nil {
 				return -1, err
 			}
@@ -238,6 +238,9 @@ func (s *Sandbox) warmTarget() string {
 	mk, ok := readMarker(s.stateDir(), s.key.Hash())
 	if !ok || (!s.spec.Network && mk.Network != "none") {
 		return "" // never verified here, or not under the network posture asked for
+	}
+	if !s.warmDrift(mk) {
+		return "" // made from other settings: Ensure applies on_drift
 	}
 	return mk.ID
 }

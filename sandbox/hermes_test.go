@@ -91,7 +91,7 @@ func TestHermesMadeSandboxIsAdopted(t *testing.T) {
 		if err != nil || code != 0 || host == "" || (!strings.HasPrefix(id, host) && !strings.HasSuffix(id, "/"+host)) {
 			t.Fatalf("exec ran in %q (%d %v), want the Hermes sandbox %.12s", out.String(), code, err, id)
 		}
-		ls, err := m.List(ctx, sandbox.Scope{Profile: "hsbx-test"}, false)
+		ls, err := m.List(ctx, sandbox.Scope{Profile: "hsbx-test"}, false, nil)
 		if err != nil || !slices.ContainsFunc(ls, func(l sandbox.Listing) bool { return l.ID == id && l.Task == k.Task }) {
 			t.Errorf("ls does not show the adopted sandbox: %+v %v", ls, err)
 		}

@@ -23,13 +23,17 @@ type Listing struct {
 	// Channel is the exec channel's state for a running sandbox: "up",
 	// "down", "off" or "unavailable: <why>" (see Sandbox.ChannelStatus).
 	Channel string `json:"channel,omitempty"`
+	// Drift names the settings it was made from that differ from the
+	// spec List was given (see Sandbox.Drift): a stale sandbox.
+	Drift []string `json:"drift,omitempty"`
 }
 
 // List returns the sandboxes of the scope (of every profile when all is
-// set), including those the Hermes backend made, newest first. Two engine
-// calls: a filtered ps, then one inspect of all matches for exact labels
-// and times.
-func (m *Manager) List(ctx context.Context, scope Scope, all bool) ([]Listing, error) {
+// set), including those the Hermes backend made, newest first. With a
+// spec, the scope's sandboxes made from other settings say which (Drift).
+// Two engine calls: a filtered ps, then one inspect of all matches for
+// exact labels and times.
+func (m *Manager) List(ctx context.Context, scope Scope, all bool, spec *Spec) ([]Listing, error) {
 	filters := []string{LabelAgent + "=1"}
 	if !all {
 		filters = append(filters, LabelProfile+"="+scope.HermesProfile())
@@ -62,6 +66,9 @@ func (m *Manager) List(ctx context.Context, scope Scope, all bool) ([]Listing, e
 		if !c.State.Alive() && !c.Finished.IsZero() {
 			f := c.Finished
 			l.Finished = &f
+		}
+		if spec != nil && scope.Contains(c.Labels) {
+			l.Drift = m.drift(c, *spec)
 		}
 		if c.State == runtime.StateRunning {
 			l.Channel = m.holderStatus(c.ID, "", fmt.Sprintf("%d:%d", m.c.UID, m.c.GID))

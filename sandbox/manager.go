@@ -157,8 +157,23 @@ type Result struct {
 	Task    string        `json:"task"`
 	State   runtime.State `json:"state"`
 	Action  Action        `json:"action"`
+	// Drift names the settings the sandbox was made from that differ from
+	// these (configuration keys; see Sandbox.Drift): it was kept as it is
+	// (on_drift = warn, or recreate with a command running in it).
+	Drift []string `json:"drift,omitempty"`
+	// DriftWarned says this call gave the drift warning (Config.Warn); it
+	// is given once per sandbox and settings on a host.
+	DriftWarned bool `json:"-"`
 
 	network string // "none" when the container is known air-gapped
+	// config and image are what it was made from (LabelConfig, image);
+	// driftMsg is the drift warning for it.
+	config, image, driftMsg string
+}
+
+// marker is the host's record of the verified container in r.
+func (r Result) marker() marker {
+	return marker{ID: r.ID, Network: r.network, Config: r.config, Image: r.image}
 }
 
 // Sandbox is a handle on the sandbox for one key. Handles are cheap; all
@@ -176,6 +191,8 @@ type Sandbox struct {
 	// storageSeen is when a create here first met the sandbox's name held
 	// by no container it can inspect (podman's storage-only leftover).
 	storageSeen time.Time
+	// forceRecreate: this Ensure replaces what it finds (Recreate).
+	forceRecreate bool
 
 	ch channelState
 	// touched is when this handle last recorded a use (unix nanoseconds):
@@ -204,7 +221,8 @@ func (s *Sandbox) stateDir() string    { return s.m.c.StateDir }
 
 // fresh is the Result for a container this handle just made (or holds).
 func (s *Sandbox) fresh(id string, a Action, network string) Result {
-	return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: a, network: network}
+	return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: a, network: network,
+		config: s.configLabel(), image: s.spec.Image}
 }
 
 func (s *Sandbox) result(c runtime.Container, a Action) Result {
@@ -212,7 +230,8 @@ func (s *Sandbox) result(c runtime.Container, a Action) Result {
 	if c.NetworkMode == "none" {
 		network = "none"
 	}
-	return Result{ID: c.ID, Name: c.Name, Profile: s.key.Profile, Task: s.key.Task, State: c.State, Action: a, network: network}
+	return Result{ID: c.ID, Name: c.Name, Profile: s.key.Profile, Task: s.key.Task, State: c.State, Action: a, network: network,
+		config: c.Labels[LabelConfig], image: c.Image}
 }
 
 func randomHex(n int) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -55,6 +56,11 @@ type Spec struct {
 	// not persist.
 	StorageClass string
 	StorageSize  string
+
+	// OnDrift is what Ensure does with a sandbox made from other settings
+	// than these (on_drift; "" = DriftWarn). It is not part of what a
+	// sandbox is made from.
+	OnDrift DriftPolicy
 
 	// Explicit holds the names of settings the user chose ("cpu", "memory",
 	// "pids_limit", "network", "disk", "cwd", ...).
@@ -221,6 +227,8 @@ func (s Spec) Validate() error {
 		return &SpecError{"shm_size", fmt.Sprintf("%q: want a size like 64m or 1g", s.ShmSize)}
 	case s.StorageClass != "" && (s.StorageSize == "" || !validSize(s.StorageSize) || strings.Trim(s.StorageSize, "0bkmgBKMG") == ""):
 		return &SpecError{"kubernetes.storage_size", fmt.Sprintf("%q: want a size like 10g", s.StorageSize)}
+	case s.OnDrift != "" && !slices.Contains(DriftPolicies, string(s.OnDrift)):
+		return &SpecError{"on_drift", fmt.Sprintf("%q: want one of %s", s.OnDrift, strings.Join(DriftPolicies, ", "))}
 	}
 	return nil
 }
@@ -457,6 +465,7 @@ func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string
 	args = append(args, s.ExtraArgs...)
 
 	labels := key.Labels()
+	labels[LabelConfig] = s.ConfigLabel(h.UID, h.GID)
 	if !s.PersistAcrossProcesses {
 		labels[LabelEphemeral] = "1"
 	}

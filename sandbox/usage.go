@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/filelock"
+	"github.com/hsbx/hsbx/runtime"
 )
 
 // Usage tracking for the idle reaper, on the host: each sandbox key has a
@@ -24,16 +25,19 @@ func usageDir(stateDir, keyHash string) string {
 
 // touchLastUse records a use now (best effort).
 func touchLastUse(stateDir, keyHash string) {
-	if stateDir == "" {
-		return
+	if stateDir != "" {
+		touchFile(filepath.Join(usageDir(stateDir, keyHash), "last-use"))
 	}
-	dir := usageDir(stateDir, keyHash)
-	if os.MkdirAll(dir, 0o755) != nil {
-		return
-	}
-	p := filepath.Join(dir, "last-use")
+}
+
+// touchFile sets p's times to now, making it (and its directory) when
+// missing (best effort).
+func touchFile(p string) {
 	now := time.Now()
 	if err := os.Chtimes(p, now, now); err != nil {
+		if os.MkdirAll(filepath.Dir(p), 0o755) != nil {
+			return
+		}
 		if f, err := os.Create(p); err == nil {
 			_ = f.Close()
 		}
@@ -89,11 +93,25 @@ func markerPath(stateDir, keyHash string) string {
 type marker struct {
 	ID      string
 	Network string // "none" when verified air-gapped, else "any"
+	// Config is the container's LabelConfig ("" without one) and Image
+	// what it was made from: what Drift judges, kept so a warm exec
+	// judges drift without asking the engine (a container's labels and
+	// image never change).
+	Config, Image string
+}
+
+// container is what the marker knows of its container, for Drift.
+func (m marker) container() runtime.Container {
+	c := runtime.Container{ID: m.ID, Image: m.Image, Labels: map[string]string{}}
+	if m.Config != "" {
+		c.Labels[LabelConfig] = m.Config
+	}
+	return c
 }
 
 // markerVersion heads the file; a marker of another version (an older
 // hsbx's, verified under other rules) is ignored, so it is verified anew.
-const markerVersion = "hsbx-marker-2"
+const markerVersion = "hsbx-marker-3"
 
 func readMarker(stateDir, keyHash string) (marker, bool) {
 	if stateDir == "" {
@@ -103,11 +121,11 @@ func readMarker(stateDir, keyHash string) (marker, bool) {
 	if err != nil {
 		return marker{}, false
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 3 || lines[0] != markerVersion || !isHexID(lines[1]) {
+	lines := strings.Split(string(b), "\n")
+	if len(lines) != 6 || lines[0] != markerVersion || !isHexID(lines[1]) || lines[5] != "" {
 		return marker{}, false
 	}
-	return marker{ID: lines[1], Network: lines[2]}, true
+	return marker{ID: lines[1], Network: lines[2], Config: lines[3], Image: lines[4]}, true
 }
 
 func writeMarker(stateDir, keyHash string, m marker) {
@@ -115,7 +133,8 @@ func writeMarker(stateDir, keyHash string, m marker) {
 		return
 	}
 	p := markerPath(stateDir, keyHash)
-	content := markerVersion + "\n" + m.ID + "\n" + m.Network + "\n"
+	oneLine := func(v string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(v) }
+	content := markerVersion + "\n" + m.ID + "\n" + m.Network + "\n" + oneLine(m.Config) + "\n" + oneLine(m.Image) + "\n"
 	if b, err := os.ReadFile(p); err == nil && string(b) == content {
 		return
 	}
@@ -153,13 +172,14 @@ func onlyChars(s, set string) bool {
 	return true
 }
 
-// warned records, per key on this host, the Hermes-made containers hsbx
-// already said it will not attach to, so the warning is given once.
-func warnedOnce(stateDir, keyHash, id string) bool {
+// warnedOnce records, per key on this host, a warning given (what names
+// it: the Hermes-made container hsbx will not attach to, a drift), so it is
+// given once; it reports whether it was given before.
+func warnedOnce(stateDir, keyHash, what string) bool {
 	if stateDir == "" {
 		return false
 	}
-	p := filepath.Join(usageDir(stateDir, keyHash), "warned-"+id[:min(12, len(id))])
+	p := filepath.Join(usageDir(stateDir, keyHash), "warned-"+what)
 	if _, err := os.Stat(p); err == nil {
 		return true
 	}

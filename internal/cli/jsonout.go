@@ -259,6 +259,10 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 		return "sandbox_exists", ExitError
 	case errors.Is(err, sandbox.ErrCopyTooLarge):
 		return "copy_too_large", ExitError
+	case errors.Is(err, sandbox.ErrDrift):
+		return "drift", ExitError
+	case errors.Is(err, sandbox.ErrBusy):
+		return "busy", ExitError
 	}
 	var ee *exitError
 	if errors.As(err, &ee) && ee.code == ExitUsage {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,7 +22,8 @@ func (c *LsCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	ls, err := cl.Manager().List(ctx, app.Cfg.Scope(), c.AllProfiles)
+	spec := app.Cfg.Spec()
+	ls, err := cl.Manager().List(ctx, app.Cfg.Scope(), c.AllProfiles, &spec)
 	if err != nil {
 		return err
 	}
@@ -32,16 +34,28 @@ func (c *LsCmd) Run(ctx context.Context, app *App) error {
 		return json.NewEncoder(app.Env.Stdout).Encode(ls)
 	}
 	w := tabwriter.NewWriter(app.Env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TASK\tPROFILE\tSTATE\tID\tNAME\tIMAGE\tCREATED\tFINISHED")
+	fmt.Fprintln(w, "TASK\tPROFILE\tSTATE\tID\tNAME\tIMAGE\tCREATED\tFINISHED\tSTALE")
 	now := time.Now()
+	anyStale := false
 	for _, l := range ls {
+		anyStale = anyStale || len(l.Drift) > 0
 		finished := "-"
 		if l.Finished != nil {
 			finished = ago(now, *l.Finished)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%.12s\t%s\t%s\t%s\t%s\n", safe(l.Task), safe(l.Profile), safe(string(l.State)), safe(l.ID), safe(l.Name), safe(l.Image), ago(now, l.Created), finished)
+		stale := "-"
+		if len(l.Drift) > 0 {
+			stale = strings.Join(l.Drift, ",")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.12s\t%s\t%s\t%s\t%s\t%s\n", safe(l.Task), safe(l.Profile), safe(string(l.State)), safe(l.ID), safe(l.Name), safe(l.Image), ago(now, l.Created), finished, stale)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if anyStale {
+		app.notice("STALE: made from other settings than these (those named); `hsbx up --recreate [--task T]` replaces a sandbox with one made from these")
+	}
+	return nil
 }
 
 func ago(now, t time.Time) string {

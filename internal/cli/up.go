@@ -22,7 +22,8 @@ func (t taskFlag) settingFlags() []config.Flag { return t.flags() }
 // UpCmd brings a sandbox up.
 type UpCmd struct {
 	taskFlag
-	Image string `help:"Image for a new sandbox (sandbox.image; an existing sandbox keeps its image)." placeholder:"REF"`
+	Image    string `help:"Image for a new sandbox (sandbox.image). A sandbox made from another image or other settings is used as it is and said so (on_drift), unless --recreate." placeholder:"REF"`
+	Recreate bool   `help:"Replace the sandbox with one made from the current settings, whether or not they changed (files in /workspace and /root are kept when persistent; sessions and the rest are not). Refused while a command runs in it."`
 }
 
 func (c *UpCmd) settingFlags() []config.Flag {
@@ -38,9 +39,16 @@ func (c *UpCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	res, err := sb.Ensure(ctx)
+	ensure := sb.Ensure
+	if c.Recreate {
+		ensure = sb.Recreate
+	}
+	res, err := ensure(ctx)
 	if err != nil {
 		return err
+	}
+	if len(res.Drift) > 0 && !res.DriftWarned {
+		app.warn(res.DriftWarning()) // up says it every time, exec once
 	}
 	if app.G.JSON {
 		return json.NewEncoder(app.Env.Stdout).Encode(res)

@@ -521,6 +521,8 @@ func (e *Engine) LiveExecs(ctx context.Context, c runtime.Container) ([]string, 
 			continue // not running: a stale session
 		case res.ExitCode > 0 && strings.Contains(string(res.Stderr), "as it is running"):
 			live = append(live, id)
+		case res.ExitCode > 0 && strings.Contains(string(res.Stderr), "no such exec session"):
+			continue // it ended and went since inspect listed it (measured on 4.3)
 		default:
 			return nil, fmt.Errorf("asking whether exec session %.12s runs: %w", id, err)
 		}

@@ -1,0 +1,148 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// Drift through the Go package on every engine and the cluster: a sandbox
+// made from other settings is reported (Result.Drift, one warning), used
+// (warn), refused (error), replaced when idle and kept while a command
+// runs (recreate, Recreate), and List marks it; the warm path spends no
+// engine call on it.
+func TestDriftEveryEngine(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		state := e.tg.StateDir
+		if state == "" {
+			state = t.TempDir()
+		}
+		var mu sync.Mutex
+		var warnings []string
+		m := sandbox.New(sandbox.Config{
+			Runtime: e.rt, StateDir: state, CacheDir: t.TempDir(), Environ: e.tg.Env, StopGrace: 5 * time.Second,
+			Warn: func(s string) { mu.Lock(); warnings = append(warnings, s); mu.Unlock() },
+		})
+		said := func() []string { mu.Lock(); defer mu.Unlock(); w := warnings; warnings = nil; return w }
+		key := e.key("drift")
+		spec := e.spec()
+		first, err := m.Sandbox(key, spec).Ensure(ctx)
+		if err != nil || first.Action != sandbox.Created || first.Drift != nil {
+			t.Fatalf("first Ensure: %+v %v", first, err)
+		}
+		said() // what creating it said (Kubernetes: its defaults left off)
+		changed := spec
+		changed.Env = map[string]string{"NEWVAR": "a,b=c"}
+
+		// warn: used as it is, said once, named in Result.Drift.
+		res, err := m.Sandbox(key, changed).Ensure(ctx)
+		if err != nil || res.ID != first.ID || !slices.Equal(res.Drift, []string{"env"}) || !res.DriftWarned {
+			t.Fatalf("Ensure with a new env name: %+v %v", res, err)
+		}
+		if w := said(); len(w) != 1 || !strings.Contains(w[0], "(env) and is used as it is") || res.DriftWarning() != w[0] {
+			t.Fatalf("warnings: %q (Result says %q)", w, res.DriftWarning())
+		}
+		e.log.reset()
+		var out bytes.Buffer
+		if code, err := m.Sandbox(key, changed).Exec(ctx, sandbox.Command{Argv: []string{"true"}, Stdout: &out}); err != nil || code != 0 {
+			t.Fatalf("warm exec: %d %v", code, err)
+		}
+		if n := len(e.log.all()); n != 1 {
+			t.Errorf("a warm exec of a drifted sandbox made %d engine calls, want 1:\n%s", n, strings.Join(e.log.all(), "\n"))
+		}
+		if w := said(); len(w) != 0 {
+			t.Errorf("said again: %q", w)
+		}
+		ls, err := m.List(ctx, key.Scope(), false, &changed)
+		if err != nil || !slices.ContainsFunc(ls, func(l sandbox.Listing) bool { return l.ID == first.ID && slices.Equal(l.Drift, []string{"env"}) }) {
+			t.Fatalf("List: %+v %v", ls, err)
+		}
+
+		// error: refused.
+		refuse := changed
+		refuse.OnDrift = sandbox.DriftFail
+		var de *sandbox.DriftError
+		if _, err := m.Sandbox(key, refuse).Ensure(ctx); !errors.As(err, &de) || !errors.Is(err, sandbox.ErrDrift) || !slices.Equal(de.Settings, []string{"env"}) {
+			t.Fatalf("on_drift = error: %v", err)
+		}
+
+		// recreate while a command runs (this process's): kept.
+		replace := changed
+		replace.OnDrift = sandbox.DriftRecreate
+		running := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			pr := &signalWriter{once: running}
+			_, err := m.Sandbox(key, spec).Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo started; exec sleep 3"}, Stdout: pr})
+			done <- err
+		}()
+		select {
+		case <-running:
+		case err := <-done:
+			t.Fatalf("the command ended early: %v", err)
+		case <-time.After(90 * time.Second):
+			t.Fatal("the command never started")
+		}
+		if res, err := m.Sandbox(key, replace).Ensure(ctx); err != nil || res.ID != first.ID || !slices.Equal(res.Drift, []string{"env"}) {
+			t.Fatalf("on_drift = recreate while a command runs: %+v %v", res, err)
+		}
+		if w := said(); len(w) != 1 || !strings.Contains(w[0], "a process on this host runs a command in it, so it is used as it is") {
+			t.Errorf("warnings: %q", w)
+		}
+		if _, err := m.Sandbox(key, replace).Recreate(ctx); !errors.Is(err, sandbox.ErrBusy) {
+			t.Fatalf("Recreate while a command runs: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+
+		// recreate once idle: a new sandbox from these settings.
+		res, err = m.Sandbox(key, replace).Ensure(ctx)
+		if err != nil || res.ID == first.ID || res.Action != sandbox.Created || res.Drift != nil {
+			t.Fatalf("on_drift = recreate, idle: %+v %v", res, err)
+		}
+		if cs, err := e.rt.Inspect(ctx, first.ID); !errors.Is(err, runtime.ErrNotFound) || len(cs) != 0 {
+			t.Errorf("the replaced sandbox: %v %v", cs, err)
+		}
+		out.Reset()
+		if code, err := m.Sandbox(key, changed).Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "$NEWVAR"`}, Stdout: &out}); err != nil || code != 0 || out.String() != "a,b=c\n" {
+			t.Fatalf("in the new sandbox: %d %q %v", code, out.String(), err)
+		}
+		if ls, err := m.List(ctx, key.Scope(), false, &changed); err != nil || slices.ContainsFunc(ls, func(l sandbox.Listing) bool { return l.Drift != nil }) {
+			t.Fatalf("List after: %+v %v", ls, err)
+		}
+
+		// Recreate on request, with nothing changed.
+		again, err := m.Sandbox(key, changed).Recreate(ctx)
+		if err != nil || again.ID == res.ID || again.Action != sandbox.Created {
+			t.Fatalf("Recreate: %+v %v", again, err)
+		}
+		said()
+	})
+}
+
+// signalWriter closes once on its first write.
+type signalWriter struct {
+	once chan struct{}
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.done = true
+		close(w.once)
+	}
+	return len(p), nil
+}
