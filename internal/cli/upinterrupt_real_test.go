@@ -71,9 +71,45 @@ func TestUpInterruptedRealEngines(t *testing.T) {
 					if strings.Contains(string(out), task) {
 						t.Fatalf("Ctrl-C after %s: podman's storage still holds %s:\n%s", delay, task, out)
 					}
+					// ... and no container process that podman lost track
+					// of: a conmon of it outliving the down (podman run
+					// SIGKILLed mid-create left these: its record said
+					// "created", and removing the record left the process).
+					var left []string
+					for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+						if left = conmonsOf(task); len(left) == 0 || time.Now().After(deadline) {
+							break
+						}
+					}
+					if len(left) > 0 {
+						t.Fatalf("Ctrl-C after %s: container processes left running after down: %q (hsbx said: %s)", delay, left, stderr.String())
+					}
 				}
 				t.Logf("Ctrl-C after %s: left %s; hsbx said %q", delay, states, strings.TrimSpace(stderr.String()))
 			}
 		})
 	}
+}
+
+// conmonsOf lists the host's conmon processes of containers whose name
+// holds task (podman's monitor of a container process; -n names it).
+func conmonsOf(task string) []string {
+	var out []string
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		b, err := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) == 0 || !strings.HasSuffix(args[0], "conmon") {
+			continue
+		}
+		for i, a := range args {
+			if a == "-n" && i+1 < len(args) && strings.Contains(args[i+1], task) {
+				out = append(out, p.Name()+" "+args[i+1])
+			}
+		}
+	}
+	return out
 }

@@ -45,6 +45,14 @@ type Cmd struct {
 	Stderr io.Writer
 	// Timeout bounds the whole run; zero means only ctx bounds it.
 	Timeout time.Duration
+	// Graceful, when set, lets a child that is cancelled or times out
+	// finish what it is doing: it gets SIGTERM (as a Ctrl-C would give it)
+	// and this long before SIGKILL. For calls that must not be cut between
+	// their steps: podman run killed after its runtime started the
+	// container leaves the container's process running with the record at
+	// "created", and removing that record leaks the process (measured on
+	// 4.3); given SIGTERM it finishes the run. Zero: SIGKILL at once.
+	Graceful time.Duration
 }
 
 // Result is what a finished process left behind.
@@ -114,6 +122,10 @@ func (r *Runner) Run(ctx context.Context, c Cmd) (Result, error) {
 	cmd.WaitDelay = r.WaitDelay
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 2 * time.Second
+	}
+	if c.Graceful > 0 {
+		cmd.Cancel = func() error { return terminate(cmd.Process) }
+		cmd.WaitDelay = c.Graceful
 	}
 	var stdout bytes.Buffer
 	tail := &TailBuffer{Max: StderrTail}

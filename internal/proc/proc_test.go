@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -154,4 +155,49 @@ func getsid(pid int) (int, error) {
 		return 0, e
 	}
 	return int(s), nil
+}
+
+// A Graceful command that is cancelled gets SIGTERM and time to finish
+// (podman run's case); without Graceful it is SIGKILLed at once.
+func TestGracefulCancel(t *testing.T) {
+	script := `trap 'sleep 0.3; echo finished; kill $!; exit 0' TERM; echo started; sleep 30 >/dev/null 2>&1 & wait`
+	for _, grace := range []time.Duration{0, 5 * time.Second} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var out syncBuffer
+		done := make(chan error, 1)
+		go func() {
+			_, err := (&Runner{}).Run(ctx, Cmd{Argv: []string{"sh", "-c", script}, Stdout: &out, Graceful: grace})
+			done <- err
+		}()
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "started"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("never started")
+			}
+		}
+		cancel()
+		err := <-done
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("grace %s: %v, want the caller's cancellation", grace, err)
+		}
+		if finished := strings.Contains(out.String(), "finished"); finished != (grace > 0) {
+			t.Errorf("grace %s: output %q", grace, out.String())
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -38,3 +38,6 @@ func closeInheritedOnExec() {
 		}
 	}
 }
+
+// terminate asks a child to end (SIGTERM), for Cmd.Graceful.
+func terminate(p *os.Process) error { return p.Signal(syscall.SIGTERM) }

@@ -17,3 +17,6 @@ func maxRSSKB(*os.ProcessState) int64 { return 0 }
 func detachedAttr() *syscall.SysProcAttr { return nil }
 
 func closeInheritedOnExec() {}
+
+// terminate: Windows has no SIGTERM to send; the child is killed.
+func terminate(p *os.Process) error { return p.Kill() }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/enginecli"
@@ -200,3 +201,9 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 
 // StaleExecSessions implements enginecli.Dialect: docker drops an exec session when it ends, started or not (measured on 20.10).
 func (Dialect) StaleExecSessions() bool { return false }
+
+// RunGrace implements enginecli.Dialect: the daemon carries out a run
+// whatever happens to its client, and the client passes a SIGTERM on to
+// the container it is starting (measured: the sandbox then exits), so a
+// cancelled docker run is killed at once.
+func (Dialect) RunGrace() time.Duration { return 0 }

@@ -69,6 +69,10 @@ type Dialect interface {
 	// StaleExecSessions says inspect's ExecIDs may hold sessions that are
 	// not running (podman 4.3 keeps those that failed to start).
 	StaleExecSessions() bool
+	// RunGrace is how long a cancelled or timed-out `run` is given to
+	// finish after SIGTERM rather than being SIGKILLed (0: killed at
+	// once). See proc.Cmd.Graceful.
+	RunGrace() time.Duration
 }
 
 // Options configure an Engine.
@@ -146,7 +150,11 @@ func (e *Engine) CallTimeout() time.Duration { return e.timeout }
 // call runs one engine command and classifies a non-zero exit.
 func (e *Engine) call(ctx context.Context, op Op, args []string, env map[string]string, timeout time.Duration) (proc.Result, error) {
 	argv := append([]string{e.bin}, args...)
-	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(env), Timeout: timeout})
+	c := proc.Cmd{Argv: argv, Env: e.clientEnv(env), Timeout: timeout}
+	if op == OpRun {
+		c.Graceful = e.d.RunGrace()
+	}
+	res, err := e.runner.Run(ctx, c)
 	if err != nil {
 		return res, e.runError(argv, err)
 	}

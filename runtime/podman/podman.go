@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/enginecli"
@@ -169,3 +170,11 @@ func (Dialect) Classify(op enginecli.Op, code int, stderr string) error {
 
 // StaleExecSessions implements enginecli.Dialect: podman 4.3 keeps the session of an exec that failed to start (command not found, not executable, bad workdir) in ExecIDs (measured).
 func (Dialect) StaleExecSessions() bool { return true }
+
+// RunGrace implements enginecli.Dialect: podman 4.3's run, SIGKILLed after
+// its runtime started the container, leaves the container's process
+// running with the record at "created" (podman ps --sync does not correct
+// it), and removing that record leaks the process; given SIGTERM it
+// finishes the run (150-170 ms in, measured). What it made is then judged
+// by its nonce: kept when running, removed otherwise.
+func (Dialect) RunGrace() time.Duration { return 10 * time.Second }
