@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -313,4 +316,92 @@ func managerFor(t *testing.T, tg enginetest.Target, rt runtime.Runtime) (*sandbo
 	spec := sandbox.DefaultSpec()
 	spec.Image = tg.Image
 	return m, spec
+}
+
+// A per-process sandbox whose creator died (a SIGKILLed process on this
+// host: its Close never ran) on every engine and the real cluster: kept by
+// a sweep while a command runs in it (on Kubernetes the command's marker
+// says so), removed by the first sweep after — no --idle, whatever its age
+// — and found and removed by down in either mode.
+func TestPerProcessOfADeadCreatorEveryEngine(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Skip("no boot id here")
+	}
+	creator := strings.TrimSpace(string(boot)) + "/" + strconv.Itoa(dead.Process.Pid) // exited: no such process now
+	for _, tg := range withKube(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := tg.Open(t)
+			kube := tg.Dialect() == runtime.Kubectl
+			profile := fmt.Sprintf("hsbx-reaptest-%d", time.Now().UnixNano()%1e9)
+			key := sandbox.Key{Profile: profile, Task: "eph"}
+			spec := sandbox.DefaultSpec()
+			spec.Image, spec.PersistAcrossProcesses = tg.Image, false
+			mk := func(name string) string {
+				labels := key.Labels()
+				labels[sandbox.LabelEphemeral], labels[sandbox.LabelCreator] = "1", creator
+				var args []string
+				if !kube {
+					args = []string{"--init", "--network", "none"}
+				}
+				id, err := rt.Run(ctx, runtime.RunSpec{Name: profile + "-" + name, Labels: labels, Image: tg.Image, Cmd: []string{"sleep", "infinity"}, Args: args})
+				if err != nil {
+					t.Fatalf("run %s: %v", name, err)
+				}
+				t.Cleanup(func() { _ = rt.Remove(context.Background(), true, id) })
+				return id
+			}
+			id := mk("swept")
+			// a command runs in it (from "another host": not this one's lock)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"sleep", "4"}, Env: map[string]string{runtime.ExecMarker: "eph-cmd"}})
+			}()
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				cs, err := rt.Inspect(ctx, id)
+				if err != nil || len(cs) != 1 {
+					t.Fatal(cs, err)
+				}
+				if live, err := rt.LiveExecs(ctx, cs[0]); err == nil && len(live) == 1 {
+					break // the engine's word that it runs
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the command never started")
+				}
+			}
+			sw := &reaper.Sweeper{RT: rt, StateDir: t.TempDir(), StopGrace: 2 * time.Second}
+			opts := reaper.Options{Profile: profile, MaxAge: time.Hour, Now: time.Now()}
+			rep, err := sw.Sweep(ctx, opts, false)
+			if err != nil || len(rep.Removed) != 0 || len(rep.Kept) != 1 || !strings.Contains(rep.Kept[0].Reason, "is gone, but in use") {
+				t.Fatalf("sweep with a command running: removed %+v kept %+v errors %+v (%v)", rep.Removed, rep.Kept, rep.Errors, err)
+			}
+			<-done
+			opts.Now = time.Now()
+			rep, err = sw.Sweep(ctx, opts, false)
+			if err != nil || len(rep.Removed) != 1 || rep.Removed[0].ID != id || !strings.Contains(rep.Removed[0].Reason, "creator") {
+				t.Fatalf("sweep once idle: removed %+v kept %+v errors %+v (%v)", rep.Removed, rep.Kept, rep.Errors, err)
+			}
+			if cs, err := rt.Inspect(ctx, id); !errors.Is(err, runtime.ErrNotFound) || len(cs) != 0 {
+				t.Fatalf("the swept sandbox: %+v %v", cs, err)
+			}
+
+			// down finds one, in this mode and in the shared mode
+			m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: t.TempDir(), Environ: tg.Env, StopGrace: 2 * time.Second, Warn: func(string) {}})
+			for _, persist := range []bool{false, true} {
+				id := mk(fmt.Sprintf("down-%v", persist))
+				s := spec
+				s.PersistAcrossProcesses = persist
+				removed, err := m.Sandbox(key, s).Down(ctx)
+				if err != nil || len(removed) != 1 || removed[0].ID != id {
+					t.Fatalf("down (persist_across_processes = %v): %+v %v", persist, removed, err)
+				}
+			}
+		})
+	}
 }
