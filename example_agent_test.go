@@ -78,7 +78,7 @@ func Example_agentSession() {
 	}
 
 	removed, err := sb.Down(ctx)
-	fmt.Println("torn down:", len(removed), err)
+	fmt.Println("torn down:", len(removed.Containers), err)
 	// Output:
 	// 20 commands, mismatches: 0
 	// streamed 100000 lines, the last 100000

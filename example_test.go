@@ -54,7 +54,7 @@ func Example() {
 	fmt.Printf("copied back: %q\n", b)
 
 	removed, err := sb.Down(ctx) // explicit teardown; otherwise it stays for the next process
-	fmt.Println("removed", len(removed), err)
+	fmt.Println("removed", len(removed.Containers), err)
 	// Output:
 	// created hsbx-examples-example-b8666b066334
 	// "hello from the sandbox\n" <nil>

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -215,15 +216,26 @@ func warmUp(ctx context.Context, e *engine) row {
 	return ratioRow("warm `up` vs one `"+e.name+" ps` with the same filters", h, b, 1.1, "")
 }
 
-// coldUp compares creating a sandbox with a raw `run -d` of the very same
-// arguments (built by the same code), each removed after, untimed.
+// coldUp compares creating a sandbox with a raw `run` of the very same
+// arguments (the ones hsbx passed, read from its debug log), each removed
+// after, untimed.
 func coldUp(ctx context.Context, e *engine) row {
-	info, _ := e.rt.Info(ctx)
-	host := sandbox.Host{Dialect: e.rt.Dialect(), Rootless: info.Rootless, CgroupV1: info.CgroupsV1(), BackingFS: info.BackingFS}
-	dir, _ := os.MkdirTemp("", "hsbx-bench-raw-")
-	defer os.RemoveAll(dir)
-	spec := sandbox.DefaultSpec()
-	spec.Image = e.image
+	// hsbx's own create, once, untimed: its argv is the baseline's.
+	res := must(ctx, e.env, e.hsbx("--log-level", "debug", "up", "--task", "rawargs")...)
+	must(ctx, e.env, e.hsbx("down", "--task", "rawargs")...)
+	var argv []string
+	for _, line := range strings.Split(string(res.Stderr), "\n") {
+		if a := loggedArgv(line); len(a) > 2 && a[1] == "run" {
+			argv = a
+		}
+	}
+	if argv == nil {
+		fail("no run in hsbx's debug log:\n%s", res.Stderr)
+	}
+	nameAt := slices.Index(argv, "--name") + 1
+	if nameAt == 0 {
+		fail("no --name in hsbx's run: %q", argv)
+	}
 	i := 0
 	h, b := pair(ctx, e, *cold,
 		func() time.Duration {
@@ -234,28 +246,42 @@ func coldUp(ctx context.Context, e *engine) row {
 			return d
 		},
 		func() time.Duration {
-			key := sandbox.Key{Profile: e.profile, Task: fmt.Sprintf("raw%d", i)}
-			rs, _, err := sandbox.BuildRun(key, key.Name(), spec, host, sandbox.Mounts{Workspace: dir, Home: dir},
-				func(string) (string, bool) { return "", false })
-			if err != nil {
-				fail("%v", err)
-			}
-			argv := []string{e.bin, "run", "-d", "--name", rs.Name}
-			for _, k := range slices.Sorted(func(yield func(string) bool) {
-				for k := range rs.Labels {
-					if !yield(k) {
-						return
-					}
-				}
-			}) {
-				argv = append(argv, "--label", k+"="+rs.Labels[k])
-			}
-			argv = append(append(append(argv, rs.Args...), rs.Image), rs.Cmd...)
-			d := must(ctx, os.Environ(), argv...).Elapsed
-			must(ctx, os.Environ(), e.bin, "rm", "-f", rs.Name)
+			raw := slices.Clone(argv)
+			raw[nameAt] = fmt.Sprintf("%s-raw%d", e.profile, i)
+			d := must(ctx, os.Environ(), raw...).Elapsed
+			must(ctx, os.Environ(), e.bin, "rm", "-f", raw[nameAt])
 			return d
 		})
 	return ratioRow("cold `up` (creates) vs `"+e.name+" run -d` with the same arguments", h, b, 1.15, "")
+}
+
+// loggedArgv reads the argv of an "engine call" line of hsbx's debug log
+// (argv="..." holds proc.Quote's words: bare, or Go-quoted).
+func loggedArgv(line string) []string {
+	_, rest, ok := strings.Cut(line, `msg="engine call" argv=`)
+	if !ok {
+		return nil
+	}
+	quoted, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return nil
+	}
+	words, _ := strconv.Unquote(quoted)
+	var argv []string
+	for words != "" {
+		if words[0] == '"' {
+			q, err := strconv.QuotedPrefix(words)
+			if err != nil {
+				return nil
+			}
+			w, _ := strconv.Unquote(q)
+			argv, words = append(argv, w), strings.TrimPrefix(words[len(q):], " ")
+			continue
+		}
+		w, after, _ := strings.Cut(words, " ")
+		argv, words = append(argv, w), after
+	}
+	return argv
 }
 
 // makeOrphans starts n labelled containers that exit at once, 4 at a time.

@@ -398,7 +398,7 @@ func TestPerProcessOfADeadCreatorEveryEngine(t *testing.T) {
 				s := spec
 				s.PersistAcrossProcesses = persist
 				removed, err := m.Sandbox(key, s).Down(ctx)
-				if err != nil || len(removed) != 1 || removed[0].ID != id {
+				if err != nil || len(removed.Containers) != 1 || removed.Containers[0].ID != id {
 					t.Fatalf("down (persist_across_processes = %v): %+v %v", persist, removed, err)
 				}
 			}

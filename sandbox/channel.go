@@ -20,17 +20,11 @@ import (
 // The exec channel: with Config.Channel set, a command in a warm sandbox
 // goes to hsbx's agent over one open `exec -i` stream instead of costing
 // an engine call. In-process (the Go package) the Sandbox holds the
-// channel until Close; with Config.HolderDir (the CLI) a detached holder
-// process holds it behind a unix socket for many hsbx processes. Either
+// channel until Close; with holders (the CLI) a detached holder
+// process holds it behind a unix socket for many hsbx processes (the
+// hsbx command's own wiring, Config.Holders). Either
 // way a command runs at most once: it falls back to the plain exec path
 // only when it provably never reached the agent.
-
-// HolderSpec is what a holder process needs to serve one sandbox.
-type HolderSpec struct {
-	Socket string
-	ID     string // the verified container id
-	User   string // exec --user for the agent ("" = the container's)
-}
 
 // channelState is a Sandbox's in-process channel.
 type channelState struct {
@@ -50,7 +44,7 @@ func (s *Sandbox) usesChannel(c Command) bool {
 	if !s.m.c.Channel || c.TTY {
 		return false
 	}
-	if s.m.c.HolderDir != "" && s.ephemeral {
+	if s.m.c.Holders.Dir != "" && s.ephemeral {
 		return false
 	}
 	return true
@@ -63,10 +57,10 @@ func (s *Sandbox) execUser() string {
 	return ""
 }
 
-// HolderSocket is the socket of the holder for container id (the CLI's
+// holderSocket is the socket of the holder for container id (the CLI's
 // stop and down end it there).
-func (m *Manager) HolderSocket(id, user string) string {
-	if m.c.HolderDir == "" {
+func (m *Manager) holderSocket(id, user string) string {
+	if m.c.Holders.Dir == "" {
 		return ""
 	}
 	parts := []string{m.c.Runtime.Binary(), id, user}
@@ -74,7 +68,7 @@ func (m *Manager) HolderSocket(id, user string) string {
 		v, _ := environ.Lookup(m.c.Environ, k)
 		parts = append(parts, k+"="+v)
 	}
-	return channel.SocketPath(m.c.HolderDir, parts...)
+	return channel.SocketPath(m.c.Holders.Dir, parts...)
 }
 
 // endpointVars choose which engine a client reaches: a holder serves one.
@@ -208,8 +202,8 @@ var errAgentGoneBefore = errors.New("the exec channel's agent was gone before th
 // when its agent answered, for the Conn; zero for a holder, whose
 // BrokenError carries it).
 func (s *Sandbox) channelRunner(ctx context.Context, target string) (run runFunc, opened time.Time, ok bool) {
-	if s.m.c.HolderDir != "" {
-		sock := s.m.HolderSocket(target, s.execUser())
+	if s.m.c.Holders.Dir != "" {
+		sock := s.m.holderSocket(target, s.execUser())
 		return func(ctx context.Context, r channel.Request) (channel.Result, error) {
 			return channel.RunVia(ctx, sock, r)
 		}, time.Time{}, true
@@ -247,15 +241,15 @@ func (s *Sandbox) channelRunner(ctx context.Context, target string) (run runFunc
 // a command only the channel can run. The Go package's own channel has
 // been tried already. It reports whether a holder serves.
 func (s *Sandbox) awaitHolder(ctx context.Context, target string) bool {
-	if s.m.c.HolderDir == "" || s.m.c.StartHolder == nil {
+	if s.m.c.Holders.Dir == "" || s.m.c.Holders.Start == nil {
 		return false
 	}
-	sock := s.m.HolderSocket(target, s.execUser())
+	sock := s.m.holderSocket(target, s.execUser())
 	if _, marked := channel.UnavailableReason(sock); marked {
 		return false
 	}
 	s.ch.holderTried.Store(true)
-	s.m.c.StartHolder(HolderSpec{Socket: sock, ID: target, User: s.execUser()})
+	s.m.c.Holders.Start(channel.HolderSpec{Socket: sock, ID: target, User: s.execUser()})
 	deadline := time.Now().Add(min(4*s.rt().CallTimeout(), time.Minute))
 	for time.Now().Before(deadline) {
 		if channel.Alive(sock, time.Second) {
@@ -283,10 +277,10 @@ func (s *Sandbox) dropChannel(target string) {
 // afterPlainExec starts a holder for the next hsbx process (CLI), once
 // per handle, when the plain path ran a command in a verified sandbox.
 func (s *Sandbox) afterPlainExec(target string) {
-	if s.m.c.HolderDir == "" || s.m.c.StartHolder == nil || s.ephemeral || s.ch.holderTried.Swap(true) {
+	if s.m.c.Holders.Dir == "" || s.m.c.Holders.Start == nil || s.ephemeral || s.ch.holderTried.Swap(true) {
 		return
 	}
-	s.m.c.StartHolder(HolderSpec{Socket: s.m.HolderSocket(target, s.execUser()), ID: target, User: s.execUser()})
+	s.m.c.Holders.Start(channel.HolderSpec{Socket: s.m.holderSocket(target, s.execUser()), ID: target, User: s.execUser()})
 }
 
 // closeChannel ends the in-process channel (the agent kills what it runs).
@@ -304,7 +298,7 @@ func (s *Sandbox) closeChannel() {
 // engine call: "up" (a holder, or this handle's channel, is open), "down"
 // (none yet; the next exec starts one), "off", or "unavailable: <why>".
 func (s *Sandbox) ChannelStatus(id string) string {
-	if s.m.c.Channel && s.m.c.HolderDir == "" {
+	if s.m.c.Channel && s.m.c.Holders.Dir == "" {
 		s.ch.mu.Lock()
 		defer s.ch.mu.Unlock()
 		switch {
@@ -323,12 +317,12 @@ func (m *Manager) holderStatus(id string, users ...string) string {
 	if !m.c.Channel {
 		return "off"
 	}
-	if m.c.HolderDir == "" {
+	if m.c.Holders.Dir == "" {
 		return "down"
 	}
 	status := "down"
 	for _, u := range users {
-		sock := m.HolderSocket(id, u)
+		sock := m.holderSocket(id, u)
 		if channel.Alive(sock, time.Second) {
 			return "up"
 		}
@@ -346,8 +340,8 @@ func (s *Sandbox) endChannel(ctx context.Context, id string) {
 	if !s.m.c.Channel {
 		return
 	}
-	if s.m.c.HolderDir != "" {
-		channel.Shutdown(ctx, s.m.HolderSocket(id, s.execUser()))
+	if s.m.c.Holders.Dir != "" {
+		channel.Shutdown(ctx, s.m.holderSocket(id, s.execUser()))
 		return
 	}
 	s.dropChannel(id)

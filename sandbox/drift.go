@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/filelock"
+	"github.com/hsbx/hsbx/internal/usage"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -148,9 +148,9 @@ func (s Spec) ConfigLabel(uid, gid int) string {
 	return b.String()
 }
 
-// ParseConfigLabel reads LabelConfig's value: setting -> digest. ok is
+// parseConfigLabel reads LabelConfig's value: setting -> digest. ok is
 // false for a value of another format or malformed (not judged).
-func ParseConfigLabel(v string) (map[string]string, bool) {
+func parseConfigLabel(v string) (map[string]string, bool) {
 	fields := strings.Fields(v)
 	if len(fields) == 0 || fields[0] != configFormat {
 		return nil, false
@@ -174,8 +174,8 @@ func driftBetween(have, want string) []string {
 	if have == want {
 		return nil
 	}
-	h, ok := ParseConfigLabel(have)
-	w, wok := ParseConfigLabel(want)
+	h, ok := parseConfigLabel(have)
+	w, wok := parseConfigLabel(want)
 	if !ok || !wok {
 		return nil
 	}
@@ -328,7 +328,7 @@ const driftBusyFor = 30 * time.Second
 // markDriftBusy records that container id could not be replaced now.
 func (s *Sandbox) markDriftBusy(id string) {
 	if s.stateDir() != "" {
-		touchFile(s.driftBusyFile(id))
+		usage.TouchFile(s.driftBusyFile(id))
 	}
 }
 
@@ -338,7 +338,7 @@ func (s *Sandbox) driftBusyRecently(id string) bool {
 }
 
 func (s *Sandbox) driftBusyFile(id string) string {
-	return filepath.Join(usageDir(s.stateDir(), s.key.Hash()), "drift-busy-"+id[:min(12, len(id))])
+	return filepath.Join(usage.Dir(s.stateDir(), s.key.Hash()), "drift-busy-"+id[:min(12, len(id))])
 }
 
 // warmDrift judges the marker's container on a warm command, with no
@@ -374,7 +374,7 @@ func (s *Sandbox) warmDrift(mk marker) bool {
 func (s *Sandbox) replace(ctx context.Context, c runtime.Container) error {
 	if c.State.Alive() {
 		if s.stateDir() != "" {
-			release, ok, err := filelock.TryExclusive(filepath.Join(usageDir(s.stateDir(), s.key.Hash()), "in-use.lock"))
+			release, ok, err := usage.TryIdle(s.stateDir(), s.key.Hash())
 			if err != nil {
 				return fmt.Errorf("replacing sandbox %s: %w", c.Name, err)
 			}

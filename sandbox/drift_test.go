@@ -153,7 +153,7 @@ func FuzzConfigLabel(f *testing.F) {
 		if have == want && got != nil {
 			t.Fatalf("equal labels drift: %v", got)
 		}
-		w, ok := ParseConfigLabel(want)
+		w, ok := parseConfigLabel(want)
 		for _, k := range got {
 			if !ok {
 				t.Fatalf("drift %v from an unreadable wanted label %q", got, want)

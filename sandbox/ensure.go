@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/usage"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -61,7 +62,7 @@ func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container, forc
 	res, err := s.ensure(ctx, known)
 	if err == nil {
 		writeMarker(s.stateDir(), s.key.Hash(), res.marker())
-		touchLastUse(s.stateDir(), s.key.Hash())
+		usage.Touch(s.stateDir(), s.key.Hash())
 		if res.Action != Reused {
 			s.m.coldStart(ctx)
 		}
@@ -347,7 +348,7 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 	}
 	warned := map[string]bool{}
 	for {
-		rs, warnings, err := BuildRun(s.key, name, spec, host, mounts, s.m.getenv)
+		rs, warnings, err := buildRun(s.key, name, spec, host, mounts, s.m.getenv)
 		if err != nil {
 			return "", err
 		}
@@ -452,7 +453,7 @@ type nameTakenError struct {
 func (e *nameTakenError) Error() string { return e.err.Error() }
 func (e *nameTakenError) Unwrap() error { return e.err }
 
-func noNetworkWarning(h Host) string {
+func noNetworkWarning(h engineHost) string {
 	return fmt.Sprintf("%s cannot set up networking here (rootless, no /dev/net/tun?): default network left off, sandbox runs with --network none", h.Dialect)
 }
 
@@ -515,8 +516,8 @@ func (s *Sandbox) hostBase() string {
 // SandboxDir (TERMINAL_SANDBOX_DIR) when set, so both tools see the same
 // files for a task, else hsbx's own under the state dir. On Kubernetes
 // there are no host dirs: the key's claim is named for the key.
-func (s *Sandbox) mounts(h Host) (Mounts, error) {
-	m := Mounts{CallerCwd: s.m.c.Cwd}
+func (s *Sandbox) mounts(h engineHost) (mountPaths, error) {
+	m := mountPaths{CallerCwd: s.m.c.Cwd}
 	if !s.spec.Persistent {
 		return m, nil
 	}

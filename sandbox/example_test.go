@@ -44,7 +44,7 @@ func Example() {
 
 	_ = sb.Close(ctx)          // persist mode: the sandbox keeps running for the next process
 	removed, _ := sb.Down(ctx) // explicit teardown
-	fmt.Println("removed", len(removed))
+	fmt.Println("removed", len(removed.Containers))
 	// Output:
 	// created hsbx-default-example-0aa313e583e4
 	// hello from the sandbox

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/usage"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -473,10 +474,10 @@ func (s *Sandbox) markInUse() (release func()) {
 	if s.ephemeral {
 		return func() {}
 	}
-	release = holdInUse(s.stateDir(), s.key.Hash())
+	release = usage.Hold(s.stateDir(), s.key.Hash())
 	if now := time.Now().UnixNano(); now-s.touched.Load() >= int64(touchEvery) {
 		s.touched.Store(now)
-		touchLastUse(s.stateDir(), s.key.Hash())
+		usage.Touch(s.stateDir(), s.key.Hash())
 	}
 	return release
 }

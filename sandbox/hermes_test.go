@@ -98,7 +98,7 @@ func TestHermesMadeSandboxIsAdopted(t *testing.T) {
 		if e.kube() {
 			// Stopping deletes a Pod: there is nothing to start again.
 			gone, err := m.Sandbox(k, spec).Down(ctx)
-			if err != nil || len(gone) != 1 || gone[0].ID != id {
+			if err != nil || len(gone.Containers) != 1 || gone.Containers[0].ID != id {
 				t.Fatalf("Down: %+v %v", gone, err)
 			}
 			return
@@ -111,7 +111,7 @@ func TestHermesMadeSandboxIsAdopted(t *testing.T) {
 			t.Fatalf("Ensure of the stopped Hermes sandbox: %+v %v", res, err)
 		}
 		gone, err := m.Sandbox(k, spec).Down(ctx)
-		if err != nil || len(gone) != 1 || gone[0].ID != id {
+		if err != nil || len(gone.Containers) != 1 || gone.Containers[0].ID != id {
 			t.Fatalf("Down: %+v %v", gone, err)
 		}
 	})

@@ -17,14 +17,14 @@ import (
 const hostFactsTTL = time.Hour
 
 type cachedHost struct {
-	Host Host      `json:"host"`
-	At   time.Time `json:"at"`
+	Host engineHost `json:"host"`
+	At   time.Time  `json:"at"`
 }
 
 // hostFacts returns what the engine can do (one `info` call, cached in
 // memory and in CacheDir per engine, endpoint and user for an hour), so
 // only creating a sandbox ever pays for it.
-func (m *Manager) hostFacts(ctx context.Context) (Host, error) {
+func (m *Manager) hostFacts(ctx context.Context) (engineHost, error) {
 	m.hostMu.Lock()
 	defer m.hostMu.Unlock()
 	if m.host != nil {
@@ -40,11 +40,11 @@ func (m *Manager) hostFacts(ctx context.Context) (Host, error) {
 	info, err := m.c.Runtime.Info(ctx)
 	if err != nil {
 		if errors.Is(err, runtime.ErrUnreachable) || errors.Is(err, runtime.ErrTimeout) || errors.Is(err, runtime.ErrBinaryNotFound) {
-			return Host{}, err
+			return engineHost{}, err
 		}
 		m.log.Warn("engine info unreadable; assuming a rootful engine", "error", err)
 	}
-	h := Host{
+	h := engineHost{
 		Dialect: m.c.Runtime.Dialect(), Rootless: info.Rootless,
 		CgroupV1:  info.CgroupsV1(),
 		BackingFS: info.BackingFS, UID: m.c.UID, GID: m.c.GID,
@@ -57,7 +57,7 @@ func (m *Manager) hostFacts(ctx context.Context) (Host, error) {
 }
 
 // saveHost records the facts in the cache file (best effort).
-func (m *Manager) saveHost(h Host) {
+func (m *Manager) saveHost(h engineHost) {
 	if m.c.CacheDir != "" {
 		cachefile.Put(m.hostCacheFile(), m.hostCacheKey(), cachedHost{Host: h, At: time.Now()})
 	}

@@ -1,10 +1,33 @@
 // Package sandbox is hsbx's lifecycle: one long-lived, hardened container
-// per (profile, task) key, shared by every process. Ensure attaches to a
-// running sandbox, starts a stopped one or creates it; creation is race-free
-// because the container name is derived from the key, so the engine itself
-// lets exactly one concurrent create win. Exec runs a command in it with one
-// engine call when it is up. Stop, Down and Close tear down according to the
-// mode (persist across processes, or one sandbox per process).
+// per (profile, task) key, shared by every process on every host that uses
+// the engine.
+//
+// A Manager (New, or hsbx.Open's Client.Manager) works on one engine; its
+// Sandbox(key, spec) is a cheap handle for one key, made from a Spec
+// (DefaultSpec, then your changes). All state lives in the engine, so
+// handles in different processes agree.
+//
+//   - Ensure attaches to the running sandbox, starts a stopped one or
+//     creates it; concurrent Ensures, in any number of processes, end with
+//     one container (the name is derived from the key, so the engine lets
+//     one create win). Result says what happened, and Result.Drift names
+//     the settings an existing sandbox was made with differently
+//     (Spec.OnDrift: warn, recreate or refuse; Recreate on request).
+//   - Exec runs a Command (argv, env values never on a command line,
+//     stdin, a timeout that kills in the sandbox) and returns its exit
+//     status; Output, CombinedOutput and Lines are the shortcuts. Warm, a
+//     command costs one engine call, or none through the exec channel.
+//   - Session(name).Run runs shell text in a named long-lived shell whose
+//     cwd, variables and functions carry over.
+//   - CopyIn and CopyOut move files with docker cp's meaning.
+//   - Stop keeps the sandbox's files; Down removes it (and, on Kubernetes,
+//     its claim); Close ends what the handle holds (a per-process
+//     sandbox: the sandbox itself).
+//
+// Errors are typed for errors.Is and errors.As: the runtime package's
+// (ErrNotFound, ErrUnreachable, ...) and this package's (ErrForeignName,
+// *SpecError, *InterruptedError, *DriftError, ...). The reaper package
+// reclaims what crashed processes left behind.
 package sandbox
 
 import (
@@ -19,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -67,12 +91,12 @@ type Config struct {
 	// build of hsbx or cmd/hsbx-agent.
 	Channel bool
 	Agent   string
-	// HolderDir, with Channel, puts the channel in a holder process behind
-	// a unix socket in this directory (see channel.SocketDir), shared by
-	// every process; StartHolder starts one after a plain exec. Empty:
-	// each Sandbox holds its own channel until Close.
-	HolderDir   string
-	StartHolder func(HolderSpec)
+	// Holders is the hsbx command's own wiring, not for a program
+	// embedding the package: with Channel, it puts the channel in a holder
+	// process behind a unix socket in Holders.Dir, shared by every hsbx
+	// process, and Holders.Start starts one after a plain exec. Zero (a
+	// program's): each Sandbox holds its own channel until Close.
+	Holders channel.Holders
 	// CopyMaxBytes bounds the data one CopyOut writes on the host (0: no
 	// bound; the CLI's copy_max_size).
 	CopyMaxBytes int64
@@ -103,7 +127,7 @@ type Manager struct {
 	c      Config
 	log    *slog.Logger
 	hostMu sync.Mutex
-	host   *Host
+	host   *engineHost
 }
 
 // New returns a Manager.

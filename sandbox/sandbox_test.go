@@ -208,13 +208,13 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("exec on a stopped sandbox: %d %q %v", code, out.String(), err)
 		}
 		removed, err := sb.Down(ctx)
-		if err != nil || len(removed) != 1 || (removed[0].ID != res.ID && !e.kube()) {
+		if err != nil || len(removed.Containers) != 1 || (removed.Containers[0].ID != res.ID && !e.kube()) {
 			t.Fatalf("Down: %+v %v", removed, err)
 		}
 		if cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: e.key("life").Filters()}); len(cs) != 0 {
 			t.Errorf("after Down: %+v", cs)
 		}
-		if removed, err := sb.Down(ctx); err != nil || len(removed) != 0 {
+		if removed, err := sb.Down(ctx); err != nil || len(removed.Containers) != 0 {
 			t.Errorf("second Down: %+v %v", removed, err)
 		}
 	})
@@ -421,12 +421,12 @@ func TestPersistentFilesSurviveStop(t *testing.T) {
 		if code, err := next.Exec(ctx, sandbox.Command{Argv: []string{"cat", "/workspace/f", "/root/g"}, Stdout: &out}); err != nil || code != 0 || out.String() != "kept\nhome\n" {
 			t.Fatalf("after stop: exit %d %v %q, want the files", code, err, out.String())
 		}
-		removed, err := next.Teardown(ctx)
+		removed, err := next.Down(ctx)
 		if err != nil || len(removed.Containers) != 1 {
-			t.Fatalf("Teardown: %+v %v", removed, err)
+			t.Fatalf("Down: %+v %v", removed, err)
 		}
 		if e.kube() != (len(removed.Claims) == 1 && removed.Claims[0] == e.key("keep").Name()) {
-			t.Errorf("Teardown removed claims %v (want the key's on Kubernetes only)", removed.Claims)
+			t.Errorf("Down removed claims %v (want the key's on Kubernetes only)", removed.Claims)
 		}
 		out.Reset()
 		code, _ := sb.Exec(ctx, sandbox.Command{Argv: []string{"cat", "/workspace/f"}, Stdout: &out})
@@ -436,7 +436,7 @@ func TestPersistentFilesSurviveStop(t *testing.T) {
 		if !e.kube() && (code != 0 || out.String() != "kept\n") {
 			t.Errorf("after down: exit %d %q: the host dir should keep the file", code, out.String())
 		}
-		if _, err := sb.Teardown(ctx); err != nil {
+		if _, err := sb.Down(ctx); err != nil {
 			t.Fatal(err)
 		}
 	})

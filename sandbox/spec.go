@@ -83,8 +83,8 @@ func DefaultSpec() Spec {
 	}
 }
 
-// Host is what the engine can do, from `info` (cached) and the caller.
-type Host struct {
+// engineHost is what the engine can do, from `info` (cached) and the caller.
+type engineHost struct {
 	Dialect   runtime.Dialect
 	Rootless  bool
 	CgroupV1  bool
@@ -97,10 +97,10 @@ type Host struct {
 
 // limitsIgnored reports whether the engine silently ignores resource limits
 // (rootless on cgroups v1: podman warns and carries on).
-func (h Host) limitsIgnored() bool { return h.Rootless && h.CgroupV1 }
+func (h engineHost) limitsIgnored() bool { return h.Rootless && h.CgroupV1 }
 
-// Mounts are the host paths a sandbox binds.
-type Mounts struct {
+// mountPaths are the host paths a sandbox binds.
+type mountPaths struct {
 	Workspace, Home string // per-key persistent dirs (Spec.Persistent)
 	Claim           string // the key's claim on Kubernetes (Spec.StorageClass)
 	CallerCwd       string // the caller's directory (Spec.MountCwdToWorkspace)
@@ -324,11 +324,11 @@ func (s Spec) envValues(getenv func(string) (string, bool)) (map[string]string, 
 	return vals, nil
 }
 
-// BuildRun turns the spec into the `run` of a detached, hardened sandbox:
+// buildRun turns the spec into the `run` of a detached, hardened sandbox:
 // `run -d --init --name N <labels> -w <cwd> <hardening> <limits> <mounts>
 // <env> <extra args> <image> sleep infinity`. It returns warnings for
 // defaults left off because the host cannot apply them.
-func BuildRun(key Key, name string, s Spec, h Host, m Mounts, getenv func(string) (string, bool)) (runtime.RunSpec, []string, error) {
+func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv func(string) (string, bool)) (runtime.RunSpec, []string, error) {
 	if err := s.Validate(); err != nil {
 		return runtime.RunSpec{}, nil, err
 	}

@@ -40,9 +40,9 @@ func TestParseVolume(t *testing.T) {
 	}
 }
 
-func build(t *testing.T, s Spec, h Host) (string, []string, error) {
+func build(t *testing.T, s Spec, h engineHost) (string, []string, error) {
 	t.Helper()
-	rs, warns, err := BuildRun(Key{Profile: "p", Task: "t"}, "n", s, h, Mounts{Workspace: "/st/ws", Home: "/st/home", CallerCwd: "/here"},
+	rs, warns, err := buildRun(Key{Profile: "p", Task: "t"}, "n", s, h, mountPaths{Workspace: "/st/ws", Home: "/st/home", CallerCwd: "/here"},
 		func(k string) (string, bool) {
 			v, ok := map[string]string{"TOKEN": "tok", "PATH": "/bin"}[k]
 			return v, ok
@@ -51,13 +51,13 @@ func build(t *testing.T, s Spec, h Host) (string, []string, error) {
 }
 
 func TestBuildRun(t *testing.T) {
-	rootful := Host{Dialect: runtime.Docker, BackingFS: "extfs", UID: 1000, GID: 100}
-	rootlessV1 := Host{Dialect: runtime.Podman, Rootless: true, CgroupV1: true, BackingFS: "extfs"}
+	rootful := engineHost{Dialect: runtime.Docker, BackingFS: "extfs", UID: 1000, GID: 100}
+	rootlessV1 := engineHost{Dialect: runtime.Podman, Rootless: true, CgroupV1: true, BackingFS: "extfs"}
 	mod := func(f func(*Spec)) Spec { s := DefaultSpec(); f(&s); return s }
 	cases := []struct {
 		name     string
 		spec     Spec
-		host     Host
+		host     engineHost
 		want     []string // substrings of the joined args
 		not      []string
 		warn     string
@@ -84,9 +84,9 @@ func TestBuildRun(t *testing.T) {
 			not: []string{"--cpus", "--memory", "--pids-limit"}, warn: "default --pids-limit 256, --cpus 1, --memory 5120m left off"},
 		{name: "rootless v1 refuses a user's limit", spec: mod(func(s *Spec) { s.PidsLimit = 64; s.Explicit = map[string]bool{"pids_limit": true} }), host: rootlessV1,
 			errField: "pids_limit"},
-		{name: "rootless v2 applies limits", spec: DefaultSpec(), host: Host{Dialect: runtime.Podman, Rootless: true},
+		{name: "rootless v2 applies limits", spec: DefaultSpec(), host: engineHost{Dialect: runtime.Podman, Rootless: true},
 			want: []string{"--pids-limit 256 --cpus 1 --memory 5120m"}},
-		{name: "disk on xfs", spec: mod(func(s *Spec) { s.DiskMB = 2048 }), host: Host{BackingFS: "xfs"}, want: []string{"--storage-opt size=2048m"}},
+		{name: "disk on xfs", spec: mod(func(s *Spec) { s.DiskMB = 2048 }), host: engineHost{BackingFS: "xfs"}, want: []string{"--storage-opt size=2048m"}},
 		{name: "disk on extfs", spec: mod(func(s *Spec) { s.DiskMB = 2048 }), host: rootful, errField: "disk"},
 		{name: "bad volume", spec: mod(func(s *Spec) { s.Volumes = []string{"x"} }), host: rootful, errField: "volumes"},
 		{name: "bad env name", spec: mod(func(s *Spec) { s.Env = map[string]string{"A-B": "1"} }), host: rootful, errField: "env"},
@@ -129,7 +129,7 @@ func TestBuildRunEnvValuesStayOffArgv(t *testing.T) {
 	s := DefaultSpec()
 	s.Env = map[string]string{"LIT": "lit-secret"}
 	s.ForwardEnv = []string{"TOKEN", "MISSING"}
-	rs, _, err := BuildRun(Key{Profile: "p", Task: "t"}, "n", s, Host{}, Mounts{Workspace: "/w", Home: "/h"},
+	rs, _, err := buildRun(Key{Profile: "p", Task: "t"}, "n", s, engineHost{}, mountPaths{Workspace: "/w", Home: "/h"},
 		func(k string) (string, bool) { v, ok := map[string]string{"TOKEN": "tok-secret"}[k]; return v, ok })
 	if err != nil {
 		t.Fatal(err)

@@ -44,16 +44,7 @@ func (s *Sandbox) Stop(ctx context.Context) (StopResult, error) {
 	return res, nil
 }
 
-// Down stops and removes every container of the key (hsbx-made, or made
-// by Hermes for exactly this key), whatever the mode, then checks with the
-// engine that they are gone. It returns the removed containers. On
-// Kubernetes it also removes the key's claim; Teardown says which.
-func (s *Sandbox) Down(ctx context.Context) ([]runtime.Container, error) {
-	r, err := s.Teardown(ctx)
-	return r.Containers, err
-}
-
-// Removed is what Teardown removed.
+// Removed is what Down removed.
 type Removed struct {
 	Containers []runtime.Container
 	// Claims are the key's persistent volume claims (Kubernetes: its
@@ -61,12 +52,16 @@ type Removed struct {
 	Claims []string
 }
 
-// Teardown is Down, and on a runtime that keeps persistent files in claims
-// (kubectl) it then removes the key's claim — one that carries the key's
-// labels, with the cluster's word that it is gone — whether or not a Pod
-// was there (stop keeps the claim). Without a storage class configured
-// that is best effort: a failure to look is logged, not returned.
-func (s *Sandbox) Teardown(ctx context.Context) (Removed, error) {
+// Down stops and removes every container of the key (hsbx-made, or made
+// by Hermes for exactly this key), whatever the mode, then checks with the
+// engine that they are gone. On a runtime that keeps persistent files in
+// claims (kubectl) it then removes the key's claim — one that carries the
+// key's labels, with the cluster's word that it is gone — whether or not a
+// Pod was there (stop keeps the claim); without a storage class configured
+// that is best effort: a failure to look is logged, not returned. The
+// host directories of a persistent sandbox stay (the CLI's down --purge
+// removes them).
+func (s *Sandbox) Down(ctx context.Context) (Removed, error) {
 	var r Removed
 	cs, err := s.teardownSet(ctx)
 	if err != nil {

@@ -67,7 +67,7 @@ func TestDownRacingExecIsAnnounced(t *testing.T) {
 		down := sandbox.New(sandbox.Config{Runtime: rt, StateDir: e.tg.StateDir, CacheDir: e.t.TempDir(),
 			Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: downW.add}).Sandbox(key, e.spec())
 		removed, err := down.Down(ctx)
-		if err != nil || len(removed) != 1 {
+		if err != nil || len(removed.Containers) != 1 {
 			t.Fatalf("down: %v %v", removed, err)
 		}
 		t.Cleanup(func() { _, _ = e.manager().Sandbox(key, e.spec()).Down(ctx) })

@@ -5,78 +5,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/hsbx/hsbx/internal/filelock"
+	"github.com/hsbx/hsbx/internal/usage"
 	"github.com/hsbx/hsbx/runtime"
 )
-
-// Usage tracking for the idle reaper, on the host: each sandbox key has a
-// directory under the state dir with
-//
-//   - last-use: its mtime is the last time an hsbx process used the sandbox;
-//   - in-use.lock: every process holds a shared flock on it while it runs a
-//     command there. The kernel drops the lock when the process dies, even
-//     by SIGKILL, so a stale file never pins a sandbox.
-
-func usageDir(stateDir, keyHash string) string {
-	return filepath.Join(stateDir, "sandboxes", keyHash)
-}
-
-// touchLastUse records a use now (best effort).
-func touchLastUse(stateDir, keyHash string) {
-	if stateDir != "" {
-		touchFile(filepath.Join(usageDir(stateDir, keyHash), "last-use"))
-	}
-}
-
-// touchFile sets p's times to now, making it (and its directory) when
-// missing (best effort).
-func touchFile(p string) {
-	now := time.Now()
-	if err := os.Chtimes(p, now, now); err != nil {
-		if os.MkdirAll(filepath.Dir(p), 0o755) != nil {
-			return
-		}
-		if f, err := os.Create(p); err == nil {
-			_ = f.Close()
-		}
-	}
-}
-
-// holdInUse takes the shared in-use lock for the duration of a command; the
-// returned func releases it. Failure to lock only loses idle protection.
-func holdInUse(stateDir, keyHash string) func() {
-	if stateDir == "" {
-		return func() {}
-	}
-	release, err := filelock.Shared(filepath.Join(usageDir(stateDir, keyHash), "in-use.lock"))
-	if err != nil {
-		return func() {}
-	}
-	return release
-}
-
-// LastUse is when an hsbx process last used the sandbox with keyHash on
-// this host (ok false: never recorded here).
-func LastUse(stateDir, keyHash string) (time.Time, bool) {
-	st, err := os.Stat(filepath.Join(usageDir(stateDir, keyHash), "last-use"))
-	if err != nil {
-		return time.Time{}, false
-	}
-	return st.ModTime(), true
-}
-
-// LockIdle takes the in-use lock exclusively without waiting. ok is false
-// when a live process is using the sandbox; otherwise the caller holds it
-// (new commands wait) until release.
-func LockIdle(stateDir, keyHash string) (release func(), ok bool) {
-	release, ok, err := filelock.TryExclusive(filepath.Join(usageDir(stateDir, keyHash), "in-use.lock"))
-	if err != nil {
-		return nil, false
-	}
-	return release, ok
-}
 
 // The marker records the container this host verified for a key: its id
 // (checked against the key's labels) and the network posture it was
@@ -86,7 +18,7 @@ func LockIdle(stateDir, keyHash string) (release func(), ok bool) {
 // Without a marker, Ensure probes and verifies first.
 
 func markerPath(stateDir, keyHash string) string {
-	return filepath.Join(usageDir(stateDir, keyHash), "container")
+	return filepath.Join(usage.Dir(stateDir, keyHash), "container")
 }
 
 // marker is what the marker file holds.
@@ -179,7 +111,7 @@ func warnedOnce(stateDir, keyHash, what string) bool {
 	if stateDir == "" {
 		return false
 	}
-	p := filepath.Join(usageDir(stateDir, keyHash), "warned-"+what)
+	p := filepath.Join(usage.Dir(stateDir, keyHash), "warned-"+what)
 	if _, err := os.Stat(p); err == nil {
 		return true
 	}

@@ -568,3 +568,18 @@ func unixMilli(t time.Time) int64 {
 	}
 	return t.UnixMilli()
 }
+
+// Holders is how the hsbx command shares a channel between its processes
+// (sandbox.Config.Holders): the private directory of the holders' sockets
+// and how to start a holder (a detached hsbx).
+type Holders struct {
+	Dir   string
+	Start func(HolderSpec)
+}
+
+// HolderSpec is what a holder process needs to serve one sandbox.
+type HolderSpec struct {
+	Socket string
+	ID     string // the verified container id
+	User   string // exec --user for the agent ("" = the container's)
+}

@@ -52,7 +52,7 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	removed, err := sb.Teardown(ctx)
+	removed, err := sb.Down(ctx)
 	if err != nil {
 		return err
 	}

@@ -243,7 +243,7 @@ func (a *App) socketDir() (*privdir.Dir, error) {
 // host where holders cannot run (see holdersRunHere) the CLI takes the
 // plain path.
 func (a *App) channelConfig(c *sandbox.Config) {
-	c.Channel, c.Agent, c.HolderDir, c.StartHolder = false, "", "", nil
+	c.Channel, c.Agent, c.Holders = false, "", channel.Holders{}
 	if !a.Cfg.ExecChannel.Value || !holdersRunHere() {
 		return
 	}
@@ -260,8 +260,8 @@ func (a *App) channelConfig(c *sandbox.Config) {
 		return
 	}
 	agentBin := a.Cfg.ExecChannelAgent.Value // "": the agent hsbx carries
-	c.Channel, c.Agent, c.HolderDir = true, agentBin, dir.FDPath()
-	c.StartHolder = func(h sandbox.HolderSpec) {
+	c.Channel, c.Agent, c.Holders.Dir = true, agentBin, dir.FDPath()
+	c.Holders.Start = func(h channel.HolderSpec) {
 		if why, ok := channel.UnavailableReason(h.Socket); ok {
 			a.Log.Debug("exec channel unavailable here; not starting a holder", "why", why)
 			return

@@ -8,7 +8,7 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 )
 
-// A persistent sandbox's mounts, as sandbox.BuildRun writes them for a
+// A persistent sandbox's mounts, as sandbox's buildRun writes them for a
 // claim: one Pod volume for the claim, each directory a subPath.
 func TestManifestMountsTheClaim(t *testing.T) {
 	claim := runtime.Claim{Name: "hsbx-Default-T_1-abc", Class: "fast", Size: "10g", Labels: map[string]string{"hsbx.key": "abc"}}

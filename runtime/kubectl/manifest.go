@@ -113,7 +113,7 @@ type emptyDirJSON struct {
 }
 
 // Manifest renders a RunSpec as the Pod hsbx creates. RunSpec.Args are the
-// docker run flags sandbox.BuildRun writes (hardening, limits, memory
+// docker run flags sandbox's buildRun writes (hardening, limits, memory
 // mounts, user); each is mapped to its Pod field, and a flag with no Pod
 // equivalent (a host bind mount, --network, an extra_args flag hsbx does not
 // know) is an error naming it, never silently dropped:

@@ -12,7 +12,7 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 )
 
-// The run flags sandbox.BuildRun writes, as a Pod.
+// The run flags sandbox's buildRun writes, as a Pod.
 func TestManifestMapsHardening(t *testing.T) {
 	spec := runtime.RunSpec{
 		Name:   "hsbx-Default-My_Task-abc",
