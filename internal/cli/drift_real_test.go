@@ -45,8 +45,20 @@ func TestDriftRealEngines(t *testing.T) {
 			}
 			must(base, "exec", "--", "true") // through the holder, whose agent is an exec of its own
 
+			// up --image of another image: the same sandbox, and said so,
+			// naming the image it was made from.
+			other := fmt.Sprintf("hsbx-drift-%d:2", time.Now().UnixNano())
+			if b, err := engineCmd(tg.environ, tg.Bin, "tag", tg.Image, other).CombinedOutput(); err != nil {
+				t.Fatalf("%s tag: %v %s", tg.Bin, err, b)
+			}
+			t.Cleanup(func() { _ = engineCmd(tg.environ, tg.Bin, "rmi", other).Run() })
+			out, errOut := must(base, "up", "--image", other)
+			if strings.TrimSpace(out) != id1 || !strings.Contains(errOut, "(image: it was made from ") || !strings.Contains(errOut, "hsbx-busybox") {
+				t.Fatalf("up --image %s: %q %q", other, out, errOut)
+			}
+
 			// warn: the same sandbox, said; ls marks it.
-			out, errOut := must(drifted, "up")
+			out, errOut = must(drifted, "up")
 			if strings.TrimSpace(out) != id1 || !strings.Contains(errOut, "was made from other settings than these (env) and is used as it is") {
 				t.Fatalf("up with a new env name: %q %q", out, errOut)
 			}
@@ -137,4 +149,11 @@ func waitFor(t *testing.T, ok func() bool) {
 			t.Fatal("timed out waiting")
 		}
 	}
+}
+
+// engineCmd is the engine's CLI with the test target's environment.
+func engineCmd(environ []string, bin string, args ...string) *exec.Cmd {
+	c := exec.Command(bin, args...)
+	c.Env = environ
+	return c
 }
