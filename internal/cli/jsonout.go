@@ -191,7 +191,9 @@ func (a *App) message(field, prefix, msg string) {
 		fmt.Fprintf(a.Env.Stderr, "%s\n", b)
 		return
 	}
-	fmt.Fprintf(a.Env.Stderr, "%s%s\n", prefix, msg)
+	// Names in a message are data (a task with an escape sequence):
+	// shown escaped, as errors are.
+	fmt.Fprintf(a.Env.Stderr, "%s%s\n", prefix, safeText(msg))
 }
 
 // reportJSON writes err as an ErrorReport on w.
