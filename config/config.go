@@ -215,7 +215,7 @@ func (s *Settings) fields() []field {
 		{key: "sandbox.persistent", env: []string{"TERMINAL_CONTAINER_PERSISTENT"}, ptr: &sb.Persistent},
 		{key: "sandbox.persist_across_processes", env: []string{"TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES"}, ptr: &sb.PersistAcrossProcesses},
 		{key: "sandbox.timeout", env: []string{"TERMINAL_TIMEOUT"}, flag: "--timeout", ptr: &sb.Timeout},
-		{key: "sandbox.on_drift", env: []string{"HSBX_ON_DRIFT"}, ptr: &sb.OnDrift, enum: sandbox.DriftPolicies},
+		{key: "sandbox.on_drift", env: []string{"HSBX_ON_DRIFT"}, ptr: &sb.OnDrift, enum: sandbox.DriftPolicies()},
 		{key: "reaper.orphan_reaper", env: []string{"TERMINAL_DOCKER_ORPHAN_REAPER"}, ptr: &r.OrphanReaper},
 		{key: "reaper.lifetime", env: []string{"TERMINAL_LIFETIME_SECONDS"}, ptr: &r.Lifetime},
 		{key: "reaper.idle_after", flag: "--idle", ptr: &r.IdleAfter},

@@ -53,7 +53,9 @@ const (
 )
 
 // DriftPolicies are the accepted values of on_drift, the default first.
-var DriftPolicies = []string{string(DriftWarn), string(DriftRecreate), string(DriftFail)}
+func DriftPolicies() []string {
+	return []string{string(DriftWarn), string(DriftRecreate), string(DriftFail)}
+}
 
 // ErrDrift is wrapped by *DriftError.
 var ErrDrift = errors.New("sandbox made from other settings")
@@ -136,9 +138,9 @@ func (s Spec) configSettings(uid, gid int) [][2]string {
 	}
 }
 
-// ConfigLabel is LabelConfig's value for a sandbox made from s by the
+// labelValue is LabelConfig's value for a sandbox made from s by the
 // user uid:gid (run_as_host_user).
-func (s Spec) ConfigLabel(uid, gid int) string {
+func (s Spec) labelValue(uid, gid int) string {
 	var b strings.Builder
 	b.WriteString(configFormat)
 	for _, kv := range s.configSettings(uid, gid) {
@@ -200,7 +202,7 @@ func (m *Manager) drift(c runtime.Container, spec Spec) []string {
 		return nil // made by its process, from that process's settings
 	}
 	if have, ok := c.Labels[LabelConfig]; ok {
-		return driftBetween(have, spec.ConfigLabel(m.c.UID, m.c.GID))
+		return driftBetween(have, spec.labelValue(m.c.UID, m.c.GID))
 	}
 	if c.Image != "" && normalImage(c.Image) != normalImage(spec.Image) {
 		return []string{"image"}
@@ -208,7 +210,7 @@ func (m *Manager) drift(c runtime.Container, spec Spec) []string {
 	return nil
 }
 
-func (s *Sandbox) configLabel() string { return s.spec.ConfigLabel(s.m.c.UID, s.m.c.GID) }
+func (s *Sandbox) configLabel() string { return s.spec.labelValue(s.m.c.UID, s.m.c.GID) }
 
 // normalImage is an image reference as the engines spell it in inspect
 // (podman adds docker.io/library/ or localhost/; a missing tag is latest),

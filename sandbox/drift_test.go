@@ -35,7 +35,7 @@ func TestDriftNamesEachSetting(t *testing.T) {
 		"kubernetes.storage_class": func(s *Spec) { s.StorageClass = "standard" },
 		"kubernetes.storage_size":  func(s *Spec) { s.StorageSize = "1g" },
 	}
-	have := base.ConfigLabel(1000, 1000)
+	have := base.labelValue(1000, 1000)
 	if n := len(strings.Fields(have)) - 1; n != len(change) {
 		t.Fatalf("the label records %d settings, the test changes %d: keep them in step", n, len(change))
 	}
@@ -43,7 +43,7 @@ func TestDriftNamesEachSetting(t *testing.T) {
 		want := base
 		want.Env, want.ForwardEnv = maps.Clone(base.Env), slices.Clone(base.ForwardEnv)
 		f(&want)
-		if got := driftBetween(have, want.ConfigLabel(1000, 1000)); !slices.Equal(got, []string{name}) {
+		if got := driftBetween(have, want.labelValue(1000, 1000)); !slices.Equal(got, []string{name}) {
 			t.Errorf("changing %s: drift %v", name, got)
 		}
 	}
@@ -62,17 +62,17 @@ func TestDriftIgnores(t *testing.T) {
 	b.OnDrift = DriftRecreate
 	b.ImageInit = true
 	b.Explicit = map[string]bool{"cpu": true}
-	if got := driftBetween(a.ConfigLabel(1, 1), b.ConfigLabel(1, 1)); got != nil {
+	if got := driftBetween(a.labelValue(1, 1), b.labelValue(1, 1)); got != nil {
 		t.Errorf("drift %v", got)
 	}
 	// run_as_host_user records the user it runs as
 	h := DefaultSpec()
 	h.RunAsHostUser = true
-	if got := driftBetween(h.ConfigLabel(1, 1), h.ConfigLabel(2, 1)); !slices.Equal(got, []string{"run_as_host_user"}) {
+	if got := driftBetween(h.labelValue(1, 1), h.labelValue(2, 1)); !slices.Equal(got, []string{"run_as_host_user"}) {
 		t.Errorf("another host user: drift %v", got)
 	}
 	// values never appear in the label
-	if l := a.ConfigLabel(1, 1); strings.Contains(l, "one") || strings.Contains(l, "TOKEN") || strings.Contains(l, "bookworm") {
+	if l := a.labelValue(1, 1); strings.Contains(l, "one") || strings.Contains(l, "TOKEN") || strings.Contains(l, "bookworm") {
 		t.Errorf("label %q shows a value", l)
 	}
 }
@@ -80,7 +80,7 @@ func TestDriftIgnores(t *testing.T) {
 // A label from another format, a malformed one, or one naming fewer
 // settings (an older hsbx) is judged only where it can be.
 func TestDriftBetweenLabels(t *testing.T) {
-	want := DefaultSpec().ConfigLabel(0, 0)
+	want := DefaultSpec().labelValue(0, 0)
 	img := strings.Fields(want)[1] // image=...
 	for _, c := range []struct {
 		have string
@@ -125,7 +125,7 @@ func TestNormalImage(t *testing.T) {
 // The marker keeps what the warm path judges drift by, exactly.
 func TestMarkerKeepsConfig(t *testing.T) {
 	dir := t.TempDir()
-	m := marker{ID: strings.Repeat("a", 64), Network: "any", Config: DefaultSpec().ConfigLabel(1, 2), Image: "debian:12"}
+	m := marker{ID: strings.Repeat("a", 64), Network: "any", Config: DefaultSpec().labelValue(1, 2), Image: "debian:12"}
 	writeMarker(dir, "k", m)
 	got, ok := readMarker(dir, "k")
 	if !ok || got != m {
@@ -145,7 +145,7 @@ func TestMarkerKeepsConfig(t *testing.T) {
 }
 
 func FuzzConfigLabel(f *testing.F) {
-	f.Add(DefaultSpec().ConfigLabel(0, 0), "1 image=00")
+	f.Add(DefaultSpec().labelValue(0, 0), "1 image=00")
 	f.Add("", "1")
 	f.Add("1 a=b a=c", "1 a=d")
 	f.Fuzz(func(t *testing.T, have, want string) {

@@ -358,8 +358,8 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 				s.m.c.Warn(w)
 			}
 		}
-		// What it is made from as the caller asked (not as adjusted to
-		// this engine here: a learned no-network is not a difference).
+		// What it is made from as the caller asked (s.spec, not spec as
+		// adjusted to this engine: a learned no-network is no difference).
 		rs.Labels[LabelConfig] = s.configLabel()
 		nonce := randomHex(8)
 		rs.Labels[LabelNonce] = nonce

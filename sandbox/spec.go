@@ -227,8 +227,8 @@ func (s Spec) Validate() error {
 		return &SpecError{"shm_size", fmt.Sprintf("%q: want a size like 64m or 1g", s.ShmSize)}
 	case s.StorageClass != "" && (s.StorageSize == "" || !validSize(s.StorageSize) || strings.Trim(s.StorageSize, "0bkmgBKMG") == ""):
 		return &SpecError{"kubernetes.storage_size", fmt.Sprintf("%q: want a size like 10g", s.StorageSize)}
-	case s.OnDrift != "" && !slices.Contains(DriftPolicies, string(s.OnDrift)):
-		return &SpecError{"on_drift", fmt.Sprintf("%q: want one of %s", s.OnDrift, strings.Join(DriftPolicies, ", "))}
+	case s.OnDrift != "" && !slices.Contains(DriftPolicies(), string(s.OnDrift)):
+		return &SpecError{"on_drift", fmt.Sprintf("%q: want one of %s", s.OnDrift, strings.Join(DriftPolicies(), ", "))}
 	}
 	return nil
 }
@@ -465,7 +465,6 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	args = append(args, s.ExtraArgs...)
 
 	labels := key.Labels()
-	labels[LabelConfig] = s.ConfigLabel(h.UID, h.GID)
 	if !s.PersistAcrossProcesses {
 		labels[LabelEphemeral] = "1"
 	}

@@ -70,11 +70,8 @@ func LastUse(stateDir, keyHash string) (time.Time, bool) {
 // when a live process is using the sandbox (or the lock cannot be taken);
 // otherwise the caller holds it (new commands wait) until release.
 func LockIdle(stateDir, keyHash string) (release func(), ok bool) {
-	release, ok, err := filelock.TryExclusive(lockPath(stateDir, keyHash))
-	if err != nil {
-		return nil, false
-	}
-	return release, ok
+	release, ok, err := TryIdle(stateDir, keyHash)
+	return release, ok && err == nil
 }
 
 // TryIdle is LockIdle that tells a lock it could not take (err) from one
