@@ -1,6 +1,6 @@
 module github.com/hsbx/hsbx
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/BurntSushi/toml v1.6.0
@@ -9,7 +9,7 @@ require (
 	github.com/jotaen/kong-completion v0.0.4
 	github.com/posener/complete v1.2.3
 	github.com/rogpeppe/go-internal v1.16.0
-	golang.org/x/sys v0.26.0
+	golang.org/x/sys v0.49.0
 	golang.org/x/term v0.25.0
 )
 

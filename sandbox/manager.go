@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,17 +104,28 @@ type Config struct {
 }
 
 // DefaultStateDir is the hsbx command's state directory in environment
-// env: $XDG_STATE_HOME/hsbx, or ~/.local/state/hsbx ("" when neither
-// variable is set).
-func DefaultStateDir(env []string) string { return xdgDir(env, "XDG_STATE_HOME", ".local/state") }
+// env: $XDG_STATE_HOME/hsbx, or ~/.local/state/hsbx; on Windows without
+// those, %LOCALAPPDATA%\hsbx\state ("" when no variable names a place).
+func DefaultStateDir(env []string) string {
+	return xdgDir(goruntime.GOOS, env, "XDG_STATE_HOME", ".local/state", "state")
+}
 
 // DefaultCacheDir is the hsbx command's cache directory: $XDG_CACHE_HOME/hsbx,
-// or ~/.cache/hsbx.
-func DefaultCacheDir(env []string) string { return xdgDir(env, "XDG_CACHE_HOME", ".cache") }
+// or ~/.cache/hsbx; on Windows without those, %LOCALAPPDATA%\hsbx\cache.
+func DefaultCacheDir(env []string) string {
+	return xdgDir(goruntime.GOOS, env, "XDG_CACHE_HOME", ".cache", "cache")
+}
 
-func xdgDir(env []string, name, fallback string) string {
+// xdgDir is the XDG directory name names (or HOME/fallback) on goos; on
+// Windows, where HOME is seldom set, %LOCALAPPDATA%\hsbx\windows.
+func xdgDir(goos string, env []string, name, fallback, windows string) string {
 	if d, _ := environ.Lookup(env, name); d != "" {
 		return filepath.Join(d, "hsbx")
+	}
+	if goos == "windows" {
+		if d, _ := environ.Lookup(env, "LOCALAPPDATA"); d != "" {
+			return filepath.Join(d, "hsbx", windows)
+		}
 	}
 	if h, _ := environ.Lookup(env, "HOME"); h != "" {
 		return filepath.Join(h, fallback, "hsbx")

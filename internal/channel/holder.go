@@ -24,7 +24,8 @@ import (
 
 // The holder keeps one Conn open for many hsbx processes, the pattern of
 // ssh's ControlMaster: it listens on a unix socket in a directory only its
-// user can enter, checks each peer's uid, and runs one command per
+// user can enter (on Windows a named pipe only its user can open: see
+// transport_windows.go), checks each peer's user, and runs one command per
 // connection. The client side is RunVia.
 
 // OpenSocketDir opens (making it if needed) the directory holder sockets
@@ -47,12 +48,9 @@ func SocketPath(dir string, parts ...string) string {
 	return filepath.Join(dir, hex.EncodeToString(h[:])[:24]+".sock")
 }
 
-// maxSocketPath is the longest path a unix socket can be bound to: 108
-// bytes of sun_path on Linux, 104 on macOS, less the terminating NUL.
-const maxSocketPath = 103
-
 // SocketPathFits says whether holders' sockets in dir (SocketPath) fit a
-// unix socket's address; macOS's long $TMPDIR can exceed it.
+// unix socket's address (maxSocketPath, per OS); macOS's long $TMPDIR can
+// exceed it. On Windows the holder's pipe has a name of its own.
 func SocketPathFits(dir string) error {
 	if p := SocketPath(dir, ""); len(p) > maxSocketPath {
 		return fmt.Errorf("the exec channel's socket path %s is %d bytes, more than a unix socket takes (%d); set XDG_RUNTIME_DIR or TMPDIR to a shorter directory", p, len(p), maxSocketPath)
@@ -63,7 +61,7 @@ func SocketPathFits(dir string) error {
 // Holder serves one Conn on a listener.
 type Holder struct {
 	Conn     *Conn
-	Listener *net.UnixListener
+	Listener net.Listener // Listen's
 	// Idle ends the holder after this long without a command.
 	Idle time.Duration
 	Log  *slog.Logger
@@ -112,7 +110,7 @@ loop:
 			if sock != nil {
 				if now, err := os.Stat(h.Path); err != nil || !os.SameFile(sock, now) {
 					why = "its socket was removed or replaced"
-					h.Listener.SetUnlinkOnClose(false) // not ours any more
+					keepSocketFile(h.Listener) // not ours any more
 					break loop
 				}
 			}
@@ -132,7 +130,7 @@ func (h *Holder) shutdown(why string) {
 
 func (h *Holder) accept(ctx context.Context) {
 	for {
-		nc, err := h.Listener.AcceptUnix()
+		nc, err := h.Listener.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				h.shutdown(fmt.Sprintf("accepting on the socket failed: %v", err))
@@ -144,7 +142,7 @@ func (h *Holder) accept(ctx context.Context) {
 }
 
 // handle runs one client's command.
-func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
+func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 	defer nc.Close()
 	if err := checkPeer(nc); err != nil {
 		h.Log.Warn("refused a connection", "error", err)
@@ -262,10 +260,19 @@ func (h *Holder) handle(ctx context.Context, nc *net.UnixConn) {
 
 // readFirst reads the first bytes a client sends with the files passed
 // on them (SCM_RIGHTS; close-on-exec, as Go receives them): at most two.
-func readFirst(nc *net.UnixConn) ([]byte, []*os.File, error) {
+// A connection that cannot carry files (a named pipe) passes none.
+func readFirst(nc net.Conn) ([]byte, []*os.File, error) {
 	buf := make([]byte, 4<<10)
+	uc, ok := nc.(*net.UnixConn)
+	if !ok || !canPassFiles {
+		n, err := nc.Read(buf)
+		if n == 0 && err != nil {
+			return nil, nil, err
+		}
+		return buf[:n], nil, nil
+	}
 	oob := make([]byte, rightsSpace(4))
-	n, oobn, _, _, err := nc.ReadMsgUnix(buf, oob)
+	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
 	files := parseRights(oob[:oobn])
 	if n == 0 && err != nil {
 		return nil, files, err
@@ -442,8 +449,9 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 // stderr files with it when it has both (the holder then writes to them
 // itself). A holder that does not take them receives none (the kernel
 // closes what a plain read leaves) and sends the output in frames.
-func sendStart(nc *net.UnixConn, w *wire.Writer, req *Request) error {
-	if req.StdoutFile == nil || req.StderrFile == nil || !canPassFiles {
+func sendStart(nc net.Conn, w *wire.Writer, req *Request) error {
+	uc, ok := nc.(*net.UnixConn)
+	if req.StdoutFile == nil || req.StderrFile == nil || !canPassFiles || !ok {
 		return w.WriteJSON(wire.TStart, 0, req.Start)
 	}
 	st := req.Start
@@ -458,7 +466,7 @@ func sendStart(nc *net.UnixConn, w *wire.Writer, req *Request) error {
 	cerr := withFD(req.StdoutFile, func(out int) {
 		err = withFD(req.StderrFile, func(errFD int) {
 			var n int
-			n, _, err = nc.WriteMsgUnix(frame.Bytes(), unixRights(out, errFD), nil)
+			n, _, err = uc.WriteMsgUnix(frame.Bytes(), unixRights(out, errFD), nil)
 			if err == nil && n < frame.Len() {
 				_, err = nc.Write(frame.Bytes()[n:])
 			}
@@ -516,13 +524,11 @@ const unavailableFor = 10 * time.Minute
 // dial connects to the holder at socket and proves, before anything is
 // sent, that the listener is this user's (peer credentials): a socket
 // someone else put there never receives a command or its environment.
-func dial(ctx context.Context, socket string) (*net.UnixConn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", socket)
+func dial(ctx context.Context, socket string) (net.Conn, error) {
+	nc, err := dialSocket(ctx, socket)
 	if err != nil {
 		return nil, err
 	}
-	nc := c.(*net.UnixConn)
 	if err := checkPeer(nc); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("refusing the holder at %s: %w", socket, err)

@@ -1,4 +1,4 @@
-//go:build !linux && !darwin
+//go:build !linux && !darwin && !windows
 
 package channel
 
@@ -7,10 +7,9 @@ import (
 	"net"
 )
 
-// checkPeer: no peer check is written for this OS (Windows has AF_UNIX but
-// no peer credentials), so nothing is accepted or trusted: the CLI's
-// holder does not run here (the Go package's in-process channel needs no
-// socket).
-func checkPeer(c *net.UnixConn) error {
-	return errors.New("the exec channel's socket needs a Linux or macOS host (peer credentials)")
+// checkPeer: no peer check is written for this OS, so nothing is
+// accepted or trusted: the CLI's holder does not run here (the Go
+// package's in-process channel needs no socket).
+func checkPeer(c net.Conn) error {
+	return errors.New("the exec channel's socket needs a Linux, macOS or Windows host (peer credentials)")
 }

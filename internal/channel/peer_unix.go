@@ -3,15 +3,20 @@
 package channel
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
 )
 
-// checkPeer refuses a connection from another user: the kernel's record
-// of the peer's uid (peerUID, per OS), never anything the peer says.
-func checkPeer(c *net.UnixConn) error {
-	raw, err := c.SyscallConn()
+// checkPeer refuses a connection from (or to) another user: the kernel's
+// record of the peer's uid (peerUID, per OS), never anything the peer says.
+func checkPeer(c net.Conn) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return errors.New("not a unix socket")
+	}
+	raw, err := uc.SyscallConn()
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -116,13 +115,12 @@ func (c *HoldCmd) Run(ctx context.Context, app *App) error {
 		app.Log.Info("holder: no channel", "error", err)
 		return err
 	}
-	_ = os.Remove(sock) // stale: its holder is gone (we hold the lock)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	// A stale socket is replaced: its holder is gone (we hold the lock).
+	ln, err := channel.Listen(sock)
 	if err != nil {
 		conn.Close()
 		return err
 	}
-	_ = os.Chmod(sock, 0o600)
 	_ = os.Remove(sock + ".unavailable")
 	h := &channel.Holder{Conn: conn, Listener: ln, Idle: spec.Idle, Log: app.Log, Path: sock}
 	app.Log.Info("holder: serving", "socket", spec.Name, "id", spec.ID, "agent", conn.Build())
@@ -222,11 +220,23 @@ func (a *App) socketDir() (*privdir.Dir, error) {
 		}
 		errs = append(errs, err)
 	}
-	tmp := a.Getenv("TMPDIR")
-	if tmp == "" {
-		tmp = "/tmp"
+	base := ""
+	if goruntime.GOOS == "windows" {
+		// The holders' pipes have names of their own; their locks and logs
+		// live in %LOCALAPPDATA%\hsbx, made private to this user.
+		base = a.Getenv("LOCALAPPDATA")
+		if base == "" {
+			a.sockErr = errors.Join(append(errs, errors.New("LOCALAPPDATA is not set"))...)
+			return nil, a.sockErr
+		}
+	} else {
+		tmp := a.Getenv("TMPDIR")
+		if tmp == "" {
+			tmp = "/tmp"
+		}
+		base = filepath.Join(tmp, fmt.Sprintf("hsbx-%d", os.Getuid()))
 	}
-	d, err := channel.OpenSocketDir(filepath.Join(tmp, fmt.Sprintf("hsbx-%d", os.Getuid())))
+	d, err := channel.OpenSocketDir(base)
 	if err == nil {
 		a.sockDir = d
 		return d, nil
@@ -279,8 +289,11 @@ func (a *App) channelConfig(c *sandbox.Config) {
 
 // holdersRunHere: the CLI's holders listen on a unix socket whose peers
 // are checked by the kernel's credentials — Linux (SO_PEERCRED) and macOS
-// (LOCAL_PEERCRED). Windows has AF_UNIX but no peer credentials.
-func holdersRunHere() bool { return goruntime.GOOS == "linux" || goruntime.GOOS == "darwin" }
+// (LOCAL_PEERCRED) — or, on Windows, on a named pipe whose peers' process
+// tokens are checked (channel.Listen).
+func holdersRunHere() bool {
+	return goruntime.GOOS == "linux" || goruntime.GOOS == "darwin" || goruntime.GOOS == "windows"
+}
 
 // warnChannelOff says once why the exec channel is off: a socket
 // directory another user could change is a reason to say so loudly.
@@ -309,7 +322,7 @@ func (a *App) channelVerdict() string {
 		return "off (exec_channel = false)"
 	}
 	if !holdersRunHere() {
-		return "unavailable: the CLI's exec channel needs a Linux or macOS host (no peer-checked socket on " + goruntime.GOOS + "; the Go package has the channel there)"
+		return "unavailable: the CLI's exec channel needs a Linux, macOS or Windows host (no peer-checked socket on " + goruntime.GOOS + "; the Go package has the channel there)"
 	}
 	dir, err := a.socketDir()
 	if err == nil {

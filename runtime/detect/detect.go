@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"time"
 
@@ -165,7 +166,7 @@ func resolve(o Options, s string) (string, error) {
 		return "", errors.Unwrap(err)
 	case st.IsDir():
 		return "", errors.New("is a directory")
-	case st.Mode()&0o111 == 0:
+	case !runnable(s, st):
 		return "", errors.New("is not executable")
 	}
 	return s, nil
@@ -173,7 +174,20 @@ func resolve(o Options, s string) (string, error) {
 
 func executable(p string) bool {
 	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+	return err == nil && !st.IsDir() && runnable(p, st)
+}
+
+// runnable: an execute bit on Unix; on Windows, where files have none, an
+// extension Windows runs (as exec.LookPath judges there).
+func runnable(p string, st os.FileInfo) bool {
+	if goruntime.GOOS == "windows" {
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".exe", ".com", ".bat", ".cmd":
+			return true
+		}
+		return false
+	}
+	return st.Mode()&0o111 != 0
 }
 
 // identify asks the binary what it is, unless the cache already knows.
