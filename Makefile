@@ -10,6 +10,8 @@
 #                  imports os/exec", errname, unparam, revive, ...), go mod tidy
 #   make cross     build the CLI and the Go package for linux, darwin and windows
 #                  on amd64 and arm64
+#   make wine      the Windows code run under Wine (named pipes, peer checks,
+#                  private directories, the detached holder)
 #   make agents    rebuild the exec channel agents hsbx carries (internal/agentbin;
 #                  after changing internal/agent or internal/wire: a test fails
 #                  while they are stale)
@@ -23,6 +25,7 @@
 
 GO          ?= go
 ENGINES_DIR ?= /tmp/hsbx-engines
+WINE_DIR    ?= /tmp/hsbx-wine
 FUZZTIME    ?= 60s
 BENCH_OUT   ?= BENCHMARKS.md
 KUBE_DIR    ?= /tmp/hsbx-kube
@@ -31,7 +34,7 @@ RELEASE_DIR ?= dist
 ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi; \
 	if [ -f $(KUBE_DIR)/env.sh ]; then . $(KUBE_DIR)/env.sh; fi
 
-.PHONY: build test engines kube lint tools fuzz demo bench clean cross agents release release-check
+.PHONY: build test engines kube lint tools fuzz demo bench clean cross agents release release-check wine
 
 # Static and stripped: no dynamic loader at start-up (about 3 ms a call here).
 build:
@@ -97,6 +100,14 @@ cross:
 	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/hsbx || exit 1; \
 	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build . ./sandbox ./reaper ./config || exit 1; done
 	@echo "vet darwin/arm64 (tests included)"; CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) vet ./...
+	@echo "vet windows/amd64 (the packages with Windows code, tests included)"; \
+	  CGO_ENABLED=0 GOOS=windows GOARCH=amd64 $(GO) vet ./internal/channel ./internal/privdir ./internal/proc ./runtime/detect
+
+# hsbx's Windows code run for real under Wine (installs wine64 when missing):
+# the named-pipe holder transport and peer check, private directories and
+# locks, the detached holder start, doctor's channel verdict.
+wine:
+	scripts/wine-test.sh $(WINE_DIR)
 
 # The agents hsbx carries for linux/amd64 and linux/arm64: reproducible
 # with the Go release in internal/agentbin/toolchain.txt; commit them.
