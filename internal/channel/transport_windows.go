@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/hsbx/hsbx/internal/privdir"
 	"golang.org/x/sys/windows"
 )
 
@@ -45,7 +46,7 @@ const pipeBuffer = 64 << 10
 // created with FILE_FLAG_FIRST_PIPE_INSTANCE, so a name another process
 // holds fails here instead of being shared.
 func Listen(path string) (net.Listener, error) {
-	me, err := userSID()
+	me, err := privdir.UserSID()
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +227,7 @@ func checkPeer(c net.Conn) error {
 	if err != nil {
 		return fmt.Errorf("the pipe's peer (process %d): %w", pid, err)
 	}
-	me, err := userSID()
+	me, err := privdir.UserSID()
 	if err != nil {
 		return err
 	}
@@ -239,15 +240,6 @@ func sameUser(peer, me string, pid uint32) error {
 		return fmt.Errorf("the pipe's peer (process %d) runs as %s, not as this user (%s)", pid, peer, me)
 	}
 	return nil
-}
-
-// userSID is this process's user.
-func userSID() (*windows.SID, error) {
-	u, err := windows.GetCurrentProcessToken().GetTokenUser()
-	if err != nil {
-		return nil, fmt.Errorf("reading this process's user: %w", err)
-	}
-	return u.User.Sid, nil
 }
 
 // processSID is the user process pid runs as.

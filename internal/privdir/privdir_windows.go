@@ -50,7 +50,7 @@ func Open(path string, o Options) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	me, err := userSID()
+	me, err := UserSID()
 	if err != nil {
 		return nil, err
 	}
@@ -163,8 +163,8 @@ func verdict(path, owner, me string, hasDACL bool, aces []ace) error {
 	return nil
 }
 
-// userSID is this process's user.
-func userSID() (*windows.SID, error) {
+// UserSID is this process's user (the exec channel's pipe checks use it too).
+func UserSID() (*windows.SID, error) {
 	u, err := windows.GetCurrentProcessToken().GetTokenUser()
 	if err != nil {
 		return nil, fmt.Errorf("reading this process's user: %w", err)
