@@ -156,6 +156,12 @@ type ExecSpec struct {
 	Stdin       io.Reader
 	Stdout      io.Writer
 	Stderr      io.Writer
+	// StdoutDirect gives Stdout to the client as it is, as on a terminal:
+	// no start-failure hold in between, so an *os.File is the client's own
+	// stdout (no pipe and copying goroutine per chunk). For a caller that
+	// reads a protocol there and knows a command that did not start by its
+	// first bytes (the exec channel's agent, which must say hello first).
+	StdoutDirect bool
 	// Timeout bounds the whole exec (the client is killed after it); 0
 	// means only the context bounds it. Commands may run for hours, so
 	// callers set it only for short housekeeping execs.

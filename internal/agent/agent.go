@@ -37,6 +37,11 @@ func Serve(r io.Reader, w io.Writer, build string) error {
 	// quarter over it, not double, so it stays small (measured: 11 MiB
 	// resident after 1,000 commands at the default, against a 10 MiB aim).
 	debug.SetGCPercent(25)
+	if f, ok := w.(*os.File); ok {
+		// The engine's end reads this pipe a few KiB at a time: room for
+		// several chunks, so a frame is written without waiting for it.
+		wire.GrowPipe(f)
+	}
 	a := &agent{w: wire.NewWriter(w), streams: map[uint32]*stream{}, env: os.Environ()}
 	if f, err := os.Open(os.DevNull); err == nil {
 		a.devNull = f // shared by every command without input (opened once)

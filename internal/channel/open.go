@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hsbx/hsbx/internal/agentbin"
 	"github.com/hsbx/hsbx/internal/proc"
@@ -255,7 +256,7 @@ func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 	done := make(chan execResult, 1)
 	go func() {
 		code, err := a.Runtime.Exec(execCtx, runtime.ExecSpec{ID: a.ID, Cmd: []string{path, "agent"}, User: a.User,
-			Interactive: true, Stdin: inR, Stdout: outW, Stderr: stderr})
+			Interactive: true, Stdin: inR, Stdout: outW, StdoutDirect: true, Stderr: stderr})
 		// The client is gone: our ends are the last, so the reader sees
 		// EOF and writers EPIPE.
 		outW.Close()
@@ -264,7 +265,11 @@ func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 	}()
 	cl := &closer{in: inW, cancel: cancel, done: done}
 	wire.GrowPipe(outR)
-	conn, err := NewConn(wire.Gather(outR), inW, multiCloser{cl, outR}, helloWait(a.Runtime))
+	// The engine says it could not start the agent on stdout (docker's
+	// "OCI runtime exec failed: ..."), where the hello should be: its
+	// first bytes are kept for the error.
+	head := &headReader{r: wire.Gather(outR)}
+	conn, err := NewConn(head, inW, multiCloser{cl, outR}, helloWait(a.Runtime))
 	stderr.started()
 	if err != nil {
 		cancel()
@@ -274,7 +279,11 @@ func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 		if r.err != nil {
 			return nil, fmt.Errorf("starting the agent: %w", r.err)
 		}
-		return nil, fmt.Errorf("starting the agent: %v (exit %d: %s)", err, r.code, clip(stderr.text()))
+		msg := stderr.text()
+		if strings.TrimSpace(msg) == "" {
+			msg = head.text()
+		}
+		return nil, fmt.Errorf("starting the agent: %v (exit %d: %s)", err, r.code, clip(msg))
 	}
 	return conn, nil
 }
@@ -324,6 +333,38 @@ func clip(s string) string {
 		return "no message"
 	}
 	return s
+}
+
+// headReader keeps the first bytes read through it (up to headMax) while
+// passing everything on.
+type headReader struct {
+	r    io.Reader
+	mu   sync.Mutex
+	head []byte
+}
+
+const headMax = 1 << 10
+
+func (h *headReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	h.mu.Lock()
+	if room := headMax - len(h.head); room > 0 {
+		h.head = append(h.head, p[:min(n, room)]...)
+	}
+	h.mu.Unlock()
+	return n, err
+}
+
+// text is the first line kept: the engine's words when it printed some
+// instead of the agent's hello.
+func (h *headReader) text() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	line, _, _ := strings.Cut(string(h.head), "\n")
+	if !utf8.ValidString(line) || strings.ContainsFunc(line, func(r rune) bool { return r < ' ' && r != '\t' }) {
+		return "" // frames, not words
+	}
+	return line
 }
 
 // startWatch keeps the agent's exec's stderr and calls onWrite on the

@@ -188,6 +188,31 @@ func TestExec(t *testing.T) {
 				t.Errorf("%q: stdout %q stderr %q, want only %q on stderr", c.argv, out, errOut, c.msg)
 			}
 		}
+		// StdoutDirect: the client writes to the file itself, nothing held:
+		// a command's output, and the runtime's own line when it cannot
+		// start one (docker prints it on stdout) as the engine printed it.
+		direct := func(cmd ...string) (int, string, string) {
+			f, err := os.CreateTemp(t.TempDir(), "stdout")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var errb bytes.Buffer
+			code, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: cmd, Stdout: f, StdoutDirect: true, Stderr: &errb})
+			if err != nil {
+				t.Fatalf("%q with StdoutDirect: %v", cmd, err)
+			}
+			out, _ := os.ReadFile(f.Name())
+			return code, string(out), errb.String()
+		}
+		if code, out, _ := direct("sh", "-c", "echo direct; exit 3"); code != 3 || out != "direct\n" {
+			t.Errorf("StdoutDirect: exit %d, stdout %q", code, out)
+		}
+		if code, out, errOut := direct("hsbx-no-such-command"); code != 126 && code != 127 {
+			t.Errorf("StdoutDirect, a command that cannot start: exit %d (%q %q)", code, out, errOut)
+		} else if tg.Dialect() == runtime.Docker && !strings.HasPrefix(out, "OCI runtime exec failed: ") {
+			t.Errorf("StdoutDirect on docker: stdout %q, want the runtime's own line, not held", out)
+		}
 		// The runtime's words printed by a command with more after them are
 		// the command's output, delivered intact with its own status.
 		oci := `OCI runtime exec failed: exec failed: unable to start container process: exec: "x": executable file not found in $PATH: unknown`

@@ -459,7 +459,7 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Timeout: s.Timeout}
 	// (Not on a terminal: the client needs its own stdout there, and the
 	// runtime's line is one the user reads anyway.)
-	if s.Stdout != nil && s.TTY {
+	if s.Stdout != nil && (s.TTY || s.StdoutDirect) {
 		cmd.Stdout = s.Stdout
 	} else if s.Stdout != nil {
 		h := newStartHold(s.Stdout)
