@@ -87,7 +87,7 @@ func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env
 // sendOnChannel runs c through run, an open way to the agent.
 func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, env map[string]string, run runFunc, opened time.Time) (code int, err error, ok bool) {
 	defer s.markInUse()()
-	token := randomHex(12)
+	token := execToken()
 	keys := slices.Sorted(maps.Keys(env))
 	st := wire.Start{Argv: c.Argv, Dir: c.WorkDir, Marker: ExecIDVar + "=" + token}
 	if r := c.session; r != nil {

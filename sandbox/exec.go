@@ -322,7 +322,7 @@ func (e *engineHungError) Unwrap() error { return e.err }
 
 func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env map[string]string) (int, error) {
 	defer s.markInUse()()
-	token := randomHex(12)
+	token := execToken()
 	env = maps.Clone(env)
 	env[ExecIDVar] = token // the marker always wins
 	execCtx, cancel, end := commandContext(ctx, c)

@@ -33,9 +33,11 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -274,6 +276,17 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// execToken marks one command's processes (ExecIDVar): unique, not
+// secret — the sandbox sees it in their environment anyway — so from the
+// runtime's own generator, without crypto/rand's system call and set-up
+// on every command (hsbx's warm exec pays once per process).
+func execToken() string {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], mrand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], mrand.Uint32())
+	return hex.EncodeToString(b[:])
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

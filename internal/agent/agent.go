@@ -274,22 +274,34 @@ func (a *agent) start(id uint32, st wire.Start) {
 	case inW != nil:
 		inW.Close()
 	}
-	var pumps sync.WaitGroup
-	pumps.Add(2)
-	go func() { defer pumps.Done(); a.pump(s, outR, wire.TStdout) }()
-	go func() { defer pumps.Done(); a.pump(s, errR, wire.TStderr) }()
+	// drained is closed by the second pump to end (no goroutine to wait
+	// for them, no timer when they are done by the time the process is).
+	drained := make(chan struct{})
+	var pumping atomic.Int32
+	pumping.Store(2)
+	pumped := func() {
+		if pumping.Add(-1) == 0 {
+			close(drained)
+		}
+	}
+	go func() { defer pumped(); a.pump(s, outR, wire.TStdout) }()
+	go func() { defer pumped(); a.pump(s, errR, wire.TStderr) }()
 	go func() {
 		ps, _ := p.Wait()
 		code := exitCode(ps)
-		drained := make(chan struct{})
-		go func() { pumps.Wait(); close(drained) }()
 		select {
 		case <-drained:
-		case <-time.After(drainAfterExit):
-			outR.Close() // a child keeps the pipe open: stop relaying
-			errR.Close()
-			s.out.Close()
-			<-drained
+		default:
+			t := time.NewTimer(drainAfterExit)
+			select {
+			case <-drained:
+			case <-t.C:
+				outR.Close() // a child keeps the pipe open: stop relaying
+				errR.Close()
+				s.out.Close()
+				<-drained
+			}
+			t.Stop()
 		}
 		s.stdin.Close()
 		a.mu.Lock()

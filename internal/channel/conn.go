@@ -142,6 +142,12 @@ type cstream struct {
 	in     *wire.Flow
 	exit   chan wire.Exit
 	broken chan struct{}
+	// deliver starts the goroutine that writes the output, at the
+	// first output frame (the reader's goroutine calls it): a command
+	// that prints nothing costs no goroutine and no wake-up at its end.
+	deliver   func()
+	delivered chan struct{} // closed when that goroutine is done
+	started   bool          // set by the reader before it sends exit
 }
 
 // NewConn opens the protocol on r/w: it sends Hello and waits (up to
@@ -353,6 +359,10 @@ func (c *Conn) dispatch(rd *wire.Reader) error {
 			if err := s.out.Push(f.Type, f.Payload); err != nil {
 				return err
 			}
+			if !s.started {
+				s.started = true
+				s.deliver()
+			}
 		case wire.TCredit:
 			n, err := wire.ParseCredit(f.Payload)
 			if err != nil {
@@ -386,7 +396,8 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 			return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
 		}
 	}
-	s := &cstream{out: wire.NewQueue(), in: wire.NewFlow(wire.Window), exit: make(chan wire.Exit, 1), broken: make(chan struct{})}
+	s := &cstream{out: wire.NewQueue(), in: wire.NewFlow(wire.Window), exit: make(chan wire.Exit, 1), broken: make(chan struct{}),
+		delivered: make(chan struct{})}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -395,6 +406,10 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	c.next++
 	id := c.next
+	stdout, stderr := req.Stdout, req.Stderr
+	s.deliver = func() {
+		go func() { defer close(s.delivered); c.deliver(id, s, stdout, stderr) }()
+	}
 	c.streams[id] = s
 	c.mu.Unlock()
 	req.Start.Stdin = req.Stdin != nil
@@ -407,8 +422,6 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 	if req.Stdin != nil {
 		go c.sendStdin(id, s, req.Stdin)
 	}
-	delivered := make(chan struct{})
-	go func() { defer close(delivered); c.deliver(id, s, req.Stdout, req.Stderr) }()
 
 	var res Result
 	select {
@@ -431,7 +444,9 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 			return res, &BrokenError{Err: fmt.Errorf("the agent did not confirm the kill within %s", KillWait)}
 		}
 	}
-	<-delivered
+	if s.started { // the exit came after every output frame, and after this was set
+		<-s.delivered
+	}
 	return res, nil
 }
 

@@ -268,13 +268,20 @@ func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 	// The engine says it could not start the agent on stdout (docker's
 	// "OCI runtime exec failed: ..."), where the hello should be: its
 	// first bytes are kept for the error.
-	head := &headReader{r: wire.Gather(outR)}
+	head := &headReader{r: wire.Gather(outR), got: make(chan struct{})}
 	conn, err := NewConn(head, inW, multiCloser{cl, outR}, helloWait(a.Runtime))
 	stderr.started()
 	if err != nil {
 		cancel()
 		_ = inW.Close()
 		r := <-done
+		// The client is gone, so what it printed is in the pipe: the
+		// hello's reader takes it (our hello may have failed first, on the
+		// pipe the client closed), before the pipe is closed here.
+		select {
+		case <-head.got:
+		case <-time.After(time.Second):
+		}
 		outR.Close()
 		if r.err != nil {
 			return nil, fmt.Errorf("starting the agent: %w", r.err)
@@ -341,6 +348,8 @@ type headReader struct {
 	r    io.Reader
 	mu   sync.Mutex
 	head []byte
+	got  chan struct{} // closed at the first read that returned anything
+	once sync.Once
 }
 
 const headMax = 1 << 10
@@ -352,6 +361,9 @@ func (h *headReader) Read(p []byte) (int, error) {
 		h.head = append(h.head, p[:min(n, room)]...)
 	}
 	h.mu.Unlock()
+	if n > 0 || err != nil {
+		h.once.Do(func() { close(h.got) })
+	}
 	return n, err
 }
 

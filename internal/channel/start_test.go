@@ -56,7 +56,7 @@ func TestHeadReaderText(t *testing.T) {
 		{"", ""},
 		{"bad \xff utf-8\n", ""},
 	} {
-		h := &headReader{r: strings.NewReader(tc.in)}
+		h := &headReader{r: strings.NewReader(tc.in), got: make(chan struct{})}
 		_, _ = io.ReadAll(h)
 		if got := h.text(); got != tc.want {
 			t.Errorf("text of %q = %q, want %q", tc.in, got, tc.want)
