@@ -159,7 +159,7 @@ func NewConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration) (*C
 func newConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration, b bounds) (*Conn, error) {
 	c := &Conn{w: wire.NewWriter(w), closer: closer, streams: map[uint32]*cstream{}, done: make(chan struct{}),
 		pings: map[uint64]chan struct{}{}, bounds: b}
-	rd := wire.NewReader(r)
+	rd := wire.NewReaderSize(r, connReadSize)
 	c.rd = rd
 	type helloRes struct {
 		h   wire.Hello
@@ -492,3 +492,10 @@ func (c *Conn) sendStdin(id uint32, s *cstream, r io.Reader) {
 		}
 	}
 }
+
+// connReadSize is how much a Conn reads of the engine client's output at
+// once: several whole frames, so the client, writing into a pipe that is
+// emptied in big pieces, blocks less (measured on docker, 300 MB: CPU of
+// dockerd, its client and the holder 10–20 % lower than at 64 KiB; 1 MiB
+// did no better).
+const connReadSize = 256 << 10

@@ -204,7 +204,12 @@ func (r *Reader) PartialSince() time.Time {
 }
 
 // NewReader reads frames from r.
-func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 64<<10)} }
+func NewReader(r io.Reader) *Reader { return NewReaderSize(r, 64<<10) }
+
+// NewReaderSize reads frames from r through a buffer of size bytes.
+func NewReaderSize(r io.Reader, size int) *Reader {
+	return &Reader{r: bufio.NewReaderSize(r, size)}
+}
 
 // Read returns the next frame. Its payload is a fresh slice the caller
 // owns. io.EOF only at a frame boundary; a cut frame is io.ErrUnexpectedEOF.
