@@ -34,6 +34,20 @@ func Put[T any](path, key string, v T) {
 	write(path, m)
 }
 
+// PutReplacing is Put that also drops the entries stale says key
+// supersedes (the same binary's verdict for its earlier size and mtime),
+// so a cache every process reads stays as small as what it describes.
+func PutReplacing[T any](path, key string, v T, stale func(k string) bool) {
+	m := load[T](path)
+	for k := range m {
+		if k != key && stale(k) {
+			delete(m, k)
+		}
+	}
+	m[key] = v
+	write(path, m)
+}
+
 func write[T any](path string, m map[string]T) {
 	b, err := json.Marshal(m)
 	dir := filepath.Dir(path)

@@ -221,7 +221,10 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 		return "", line, fmt.Errorf("%w: `%s --version` printed %q (exit %d); expected docker, podman or kubectl", runtime.ErrUnsupported, path, line, res.ExitCode)
 	}
 	if keyErr == nil && o.CacheDir != "" {
-		cachefile.Put(filepath.Join(o.CacheDir, cacheFile), key, d) // a failed write costs a --version next time
+		// One entry a path: the binary's earlier size and mtime are gone
+		// (every hsbx start reads this file). A failed write costs a
+		// --version next time.
+		cachefile.PutReplacing(filepath.Join(o.CacheDir, cacheFile), key, d, func(k string) bool { return keyPath(k) == path })
 	}
 	return d, line, nil
 }
@@ -277,6 +280,18 @@ func cacheKey(path string) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%s|%d|%d", path, st.Size(), st.ModTime().UnixNano()), nil
+}
+
+// keyPath is the binary's path in a cacheKey (a path may hold '|').
+func keyPath(key string) string {
+	for range 2 {
+		i := strings.LastIndexByte(key, '|')
+		if i < 0 {
+			return ""
+		}
+		key = key[:i]
+	}
+	return key
 }
 
 // cacheFile holds the dialect verdicts, by cacheKey.

@@ -68,6 +68,23 @@ func TestDialectComesFromTheBinaryAndIsCached(t *testing.T) {
 	if err != nil || f.Dialect != runtime.Docker {
 		t.Fatalf("after replacing the binary: %+v %v", f, err)
 	}
+	// ... and its old verdict is dropped, not kept beside the new one
+	// (every hsbx start reads the file); another binary's stays.
+	other := fakeBin(t, dir, "podman", "podman version 4.3.1")
+	o.Runtime = other
+	if _, err := detect.Find(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(o.CacheDir, "dialects.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), shim+"|"); n != 1 {
+		t.Errorf("the cache holds %d verdicts for %s, want 1: %s", n, shim, b)
+	}
+	if !strings.Contains(string(b), other+"|") {
+		t.Errorf("the cache lost %s's verdict: %s", other, b)
+	}
 }
 
 func TestOrder(t *testing.T) {
