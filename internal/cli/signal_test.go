@@ -70,3 +70,52 @@ func TestSignalExitCodes(t *testing.T) {
 		})
 	}
 }
+
+// hsbx installs its signal handlers beside reading its configuration
+// (Env.Ready): until they are in, nothing a Ctrl-C must stop is started —
+// no container, no command, no output — for the hot commands (exec, run,
+// which read their sandbox's state meanwhile) as for the others.
+func TestNothingStartsBeforeTheSignalHandlers(t *testing.T) {
+	dir := t.TempDir()
+	environ := append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine"), "HOME="+dir,
+		"HSBX_RUNTIME=docker", "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+dir)
+	argvLog := filepath.Join(dir, "engine", "argv.log")
+	for _, args := range [][]string{
+		{"up"},
+		{"exec", "--", "echo", "exec ran"},
+		{"run", "--", "echo run ran"},
+		{"version"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			before, _ := os.ReadFile(argvLog)
+			ready := make(chan struct{})
+			var out, errb bytes.Buffer
+			done := make(chan int, 1)
+			go func() {
+				done <- Main(context.Background(), Env{Args: args, Environ: environ, Stdout: &out, Stderr: &errb, Ready: ready})
+			}()
+			time.Sleep(300 * time.Millisecond) // what Main would do meanwhile, it has done
+			select {
+			case code := <-done:
+				t.Fatalf("%v finished (exit %d) before the handlers were in", args, code)
+			default:
+			}
+			after, _ := os.ReadFile(argvLog)
+			for _, call := range strings.Split(strings.TrimSpace(string(after[len(before):])), "\n") {
+				if f := strings.Fields(call); len(f) > 1 && f[1] != "version" && f[1] != "info" {
+					t.Errorf("%v: the engine was called before the handlers were in: %s", args, call)
+				}
+			}
+			if out.Len() != 0 || errb.Len() != 0 {
+				t.Errorf("%v wrote before the handlers were in: %q %q", args, out.String(), errb.String())
+			}
+			close(ready)
+			if code := <-done; code != 0 {
+				t.Fatalf("%v: exit %d, stderr %s", args, code, errb.String())
+			}
+			if args[0] != "up" && !strings.Contains(out.String(), "ran") && args[0] != "version" {
+				t.Errorf("%v: stdout %q", args, out.String())
+			}
+		})
+	}
+}
