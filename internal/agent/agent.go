@@ -216,7 +216,7 @@ func (a *agent) streamFrame(s *stream, f wire.Frame) error {
 
 // start runs one process; its outcome is reported on the stream.
 func (a *agent) start(id uint32, st wire.Start) {
-	s := &stream{id: id, out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(), marker: st.Marker,
+	s := &stream{id: id, out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(wire.InputWindow), marker: st.Marker,
 		credit: func(n int) error { return a.w.Write(wire.TCredit, id, wire.Credit(n)) }}
 	env := mergeEnv(a.env, st.Env)
 	if st.Marker != "" {
@@ -270,6 +270,9 @@ func (a *agent) start(id uint32, st wire.Start) {
 
 	switch {
 	case st.Stdin:
+		// A big pipe: the input arrives in chunks of up to wire.Chunk,
+		// and a 64 KiB pipe takes each in two pieces and two wake-ups.
+		wire.GrowPipe(inW)
 		go s.feed(inW)
 	case inW != nil:
 		inW.Close()

@@ -370,7 +370,7 @@ type krun struct {
 func (r *krun) stop() { r.sigOnce.Do(func() { close(r.signal) }) }
 
 func (k *keeper) run(rd *wire.Reader, w *wire.Writer, st wire.Start) {
-	r := &krun{out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(), signal: make(chan struct{}), opened: make(chan struct{})}
+	r := &krun{out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(wire.InputWindow), signal: make(chan struct{}), opened: make(chan struct{})}
 	// Frames from the agent, from the start: while queued, a Signal or
 	// the agent's going away gives the place up.
 	go func() {

@@ -101,7 +101,7 @@ func (q *fwdQueue) push(f wire.Frame) error {
 	if q.closed {
 		return nil
 	}
-	if q.bytes+len(f.Payload) > 2*wire.Window {
+	if q.bytes+len(f.Payload) > 2*wire.InputWindow {
 		return wire.ErrOverrun
 	}
 	f.Payload = append([]byte(nil), f.Payload...)
@@ -161,7 +161,7 @@ func (q *fwdQueue) close() {
 
 // startSession serves a session request as stream id.
 func (a *agent) startSession(id uint32, st wire.Start) {
-	s := &stream{id: id, fwd: newFwdQueue(), out: wire.NewFlow(wire.Window), stdin: wire.NewQueue()}
+	s := &stream{id: id, fwd: newFwdQueue(), out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(wire.InputWindow)}
 	a.mu.Lock()
 	a.streams[id] = s
 	a.mu.Unlock()

@@ -396,7 +396,7 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 			return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
 		}
 	}
-	s := &cstream{out: wire.NewQueue(), in: wire.NewFlow(wire.Window), exit: make(chan wire.Exit, 1), broken: make(chan struct{}),
+	s := &cstream{out: wire.NewQueue(wire.Window), in: wire.NewFlow(wire.InputWindow), exit: make(chan wire.Exit, 1), broken: make(chan struct{}),
 		delivered: make(chan struct{})}
 	c.mu.Lock()
 	if c.err != nil {

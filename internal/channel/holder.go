@@ -205,38 +205,16 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 		}
 	}
 	req.Start.FDs = nil
-	var pw *io.PipeWriter
+	// The client's frames: input, a kill, or its going away (which kills
+	// the command: nobody is left to read its output). While there is
+	// input, they are read by the Conn's goroutine that sends it on (no
+	// hand-over between goroutines for every chunk); then by watch.
+	in := &clientFrames{r: r, cancel: cancel}
 	if st.Stdin {
-		var pr *io.PipeReader
-		pr, pw = io.Pipe()
-		req.Stdin = pr
+		req.Stdin = in
+	} else {
+		go in.watch()
 	}
-	go func() {
-		// The client's frames: input, a kill, or its going away (which
-		// kills the command: nobody is left to read its output).
-		defer cancel()
-		for {
-			f, err := r.Read()
-			if err != nil {
-				if pw != nil {
-					pw.CloseWithError(io.ErrUnexpectedEOF)
-				}
-				return
-			}
-			switch f.Type {
-			case wire.TStdin:
-				if pw != nil {
-					_, _ = pw.Write(f.Payload)
-				}
-			case wire.TStdinEOF:
-				if pw != nil {
-					pw.Close()
-				}
-			case wire.TSignal:
-				return
-			}
-		}
-	}()
 	res, err := h.Conn.Run(runCtx, req)
 	exit := wire.Exit{Code: res.Code, Killed: res.Killed, Session: res.Session}
 	var be *BrokenError
@@ -253,8 +231,57 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 		exit.WriteFailed, exit.WriteError, exit.BrokenPipe = we.Stream, we.Err, we.BrokenPipe
 	}
 	_ = w.WriteJSON(wire.TExit, 0, exit)
-	if pw != nil {
-		pw.Close()
+}
+
+// clientFrames reads what a client sends after its Start frame. As an
+// io.Reader it is the command's stdin: the data of its Stdin frames, EOF
+// at StdinEOF or a Signal (which also stops the command), an error when
+// the client goes away; from then on (or from the start, for a command
+// without input) watch reads on for a Signal or the client going away.
+type clientFrames struct {
+	r      *wire.Reader
+	cancel context.CancelFunc
+	rest   []byte // of the last Stdin frame, not read yet
+	ended  bool
+}
+
+func (c *clientFrames) Read(p []byte) (int, error) {
+	for len(c.rest) == 0 {
+		if c.ended {
+			return 0, io.EOF
+		}
+		f, err := c.r.Read()
+		switch {
+		case err != nil:
+			c.ended = true
+			c.cancel()
+			return 0, io.ErrUnexpectedEOF
+		case f.Type == wire.TStdin:
+			c.rest = f.Payload
+		case f.Type == wire.TStdinEOF:
+			c.ended = true
+			go c.watch()
+			return 0, io.EOF
+		case f.Type == wire.TSignal:
+			c.ended = true
+			c.cancel()
+			return 0, io.EOF
+		}
+	}
+	n := copy(p, c.rest)
+	c.rest = c.rest[n:]
+	return n, nil
+}
+
+// watch reads the client's frames until a Signal or the client going
+// away, and then stops the command (a no-op once it has ended).
+func (c *clientFrames) watch() {
+	defer c.cancel()
+	for {
+		f, err := c.r.Read()
+		if err != nil || f.Type == wire.TSignal {
+			return
+		}
 	}
 }
 
@@ -367,7 +394,9 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 	}
 	defer nc.Close()
 	w := wire.NewWriter(nc)
-	r := wire.NewReader(nc)
+	// Small: a client reads the hello, the exit and, from a holder that
+	// did not take its files, output frames (read past the buffer).
+	r := wire.NewReaderSize(nc, 4<<10)
 	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	f, err := r.Read()
 	if err != nil || f.Type != wire.THello || wire.Decode(f, &h) != nil || h.Proto != wire.Proto || h.Down {
@@ -380,68 +409,66 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 	}
 	if req.Stdin != nil {
 		go func() {
-			_, err := io.Copy(frameWriter{w, wire.TStdin}, req.Stdin)
+			// Frames of wire.Chunk (io.Copy would read 32 KiB at a
+			// time, and *os.File's WriteTo would pick that size).
+			_, err := io.CopyBuffer(frameWriter{w, wire.TStdin}, struct{ io.Reader }{req.Stdin}, make([]byte, wire.Chunk))
 			if err == nil {
 				_ = w.Write(wire.TStdinEOF, 0, nil)
 			}
 		}()
 	}
-	frames := make(chan wire.Frame, 1)
-	readErr := make(chan error, 1)
-	go func() {
-		for {
-			f, err := r.Read()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			switch f.Type {
-			case wire.TStdout, wire.TStderr:
-				out := req.Stdout
-				if f.Type == wire.TStderr {
-					out = req.Stderr
-				}
-				if out != nil {
-					_, _ = out.Write(f.Payload)
-				}
-			case wire.TExit:
-				frames <- f
-				return
-			}
-		}
-	}()
+	// The frames are read here, not in a goroutine of their own (one
+	// hand-over fewer at the end of every command). An interruption sends
+	// the kill from context.AfterFunc's goroutine and bounds the wait for
+	// its confirmation with a read deadline.
+	var interrupted atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		interrupted.Store(true)
+		_ = nc.SetReadDeadline(time.Now().Add(KillWait + time.Second))
+		_ = w.Write(wire.TSignal, 0, []byte{byte(syscall.SIGKILL)})
+	})
+	defer stop()
 	var res Result
-	var killDeadline <-chan time.Time
-	done := ctx.Done()
 	for {
-		select {
-		case f := <-frames:
-			var e wire.Exit
-			if err := wire.Decode(f, &e); err != nil {
-				return res, &BrokenError{Err: err}
+		f, err := r.Read()
+		if err != nil {
+			res.Interrupted = interrupted.Load()
+			if res.Interrupted && errors.Is(err, os.ErrDeadlineExceeded) {
+				return res, &BrokenError{Err: fmt.Errorf("the holder did not confirm the kill within %s", KillWait)}
 			}
-			res.Code, res.Killed, res.Session = e.Code, e.Killed, e.Session
-			if e.WriteFailed != "" {
-				res.Interrupted = true
-				res.WriteErr = &WriteError{Stream: e.WriteFailed, Err: e.WriteError, BrokenPipe: e.BrokenPipe}
-			}
-			switch {
-			case e.NotDelivered:
-				return res, fmt.Errorf("%w: %s", ErrNotDelivered, e.Error)
-			case e.Error != "":
-				return res, &BrokenError{Err: errors.New(e.Error)}
-			}
-			return res, nil
-		case err := <-readErr:
 			return res, &BrokenError{Err: fmt.Errorf("the holder went away: %w", err)}
-		case <-done:
-			res.Interrupted = true
-			done = nil
-			_ = w.Write(wire.TSignal, 0, []byte{byte(syscall.SIGKILL)})
-			killDeadline = time.After(KillWait + time.Second)
-		case <-killDeadline:
-			return res, &BrokenError{Err: fmt.Errorf("the holder did not confirm the kill within %s", KillWait)}
 		}
+		switch f.Type {
+		case wire.TStdout, wire.TStderr:
+			out := req.Stdout
+			if f.Type == wire.TStderr {
+				out = req.Stderr
+			}
+			if out != nil {
+				_, _ = out.Write(f.Payload)
+			}
+			continue
+		case wire.TExit:
+		default:
+			continue
+		}
+		res.Interrupted = interrupted.Load()
+		var e wire.Exit
+		if err := wire.Decode(f, &e); err != nil {
+			return res, &BrokenError{Err: err}
+		}
+		res.Code, res.Killed, res.Session = e.Code, e.Killed, e.Session
+		if e.WriteFailed != "" {
+			res.Interrupted = true
+			res.WriteErr = &WriteError{Stream: e.WriteFailed, Err: e.WriteError, BrokenPipe: e.BrokenPipe}
+		}
+		switch {
+		case e.NotDelivered:
+			return res, fmt.Errorf("%w: %s", ErrNotDelivered, e.Error)
+		case e.Error != "":
+			return res, &BrokenError{Err: errors.New(e.Error)}
+		}
+		return res, nil
 	}
 }
 

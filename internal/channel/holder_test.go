@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -160,5 +161,101 @@ func TestRunViaToAHolderThatTakesNoFiles(t *testing.T) {
 	}
 	if o, e := wait(); o != "" || e != "" {
 		t.Errorf("the passed files got %q / %q; want nothing (that holder did not take them)", o, e)
+	}
+}
+
+// Input through the holder arrives byte for byte, past the agent's input
+// window, to a command that reads it only later (the window is what may
+// wait in the agent meanwhile).
+func TestRunViaStdinIsExact(t *testing.T) {
+	sock := serve(t)
+	in := make([]byte, wire.InputWindow+3*wire.Chunk+17)
+	for i := range in {
+		in[i] = byte(i*7 + i>>11)
+	}
+	var out bytes.Buffer
+	res, err := RunVia(context.Background(), sock, Request{
+		Start: wire.Start{Argv: []string{"sh", "-c", "sleep 0.3; cat"}},
+		Stdin: bytes.NewReader(in), Stdout: &out, Stderr: io.Discard,
+	})
+	if err != nil || res.Code != 0 {
+		t.Fatalf("RunVia: code %d, %v", res.Code, err)
+	}
+	if !bytes.Equal(out.Bytes(), in) {
+		t.Fatalf("the command read %d bytes back; want the %d sent, identical", out.Len(), len(in))
+	}
+}
+
+// endless is input that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) { return len(p), nil }
+
+// An interrupted client whose command reads none of its endless input
+// (the window is full, the client's writes block, its kill frame waits
+// behind them) gets an answer within the kill's bound, not when the
+// command ends by itself. (The sandbox package then kills the command by
+// its marker, through the engine.)
+func TestRunViaInterruptWhileInputWaits(t *testing.T) {
+	sock := serve(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	type outcome struct {
+		res Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := RunVia(ctx, sock, Request{
+			Start: wire.Start{Argv: []string{"sleep", "120"}},
+			Stdin: endless{}, Stdout: io.Discard, Stderr: io.Discard,
+		})
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		var be *BrokenError
+		if !o.res.Interrupted || (o.res.Killed < 1 && !errors.As(o.err, &be)) {
+			t.Fatalf("RunVia: %+v, %v; want the command interrupted: killed, or the kill unconfirmed", o.res, o.err)
+		}
+	case <-time.After(KillWait + 30*time.Second):
+		t.Fatal("RunVia waited for the command to end by itself after it was interrupted")
+	}
+}
+
+// A client that goes away in the middle of its input (no end of input,
+// no kill) gets its command stopped: nobody is left to read its output.
+// The command here would otherwise outlive the input by 30 seconds.
+func TestHolderStopsTheCommandOfAClientGoneMidInput(t *testing.T) {
+	sock := serve(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, r := wire.NewWriter(nc), wire.NewReader(nc)
+	if f, err := r.Read(); err != nil || f.Type != wire.THello {
+		t.Fatalf("hello: %v %v", f.Type, err)
+	}
+	if err := w.WriteJSON(wire.TStart, 0, wire.Start{Stdin: true, Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; cat > /dev/null; exec sleep 30"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(wire.TStdin, 0, bytes.Repeat([]byte("x"), 100<<10)); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not start")
+		}
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	nc.Close()
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatal("the command lived on after its client went away mid-input")
+		}
 	}
 }

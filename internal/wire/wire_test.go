@@ -52,25 +52,45 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
-// A peer that overruns its window is an error, not unbounded memory.
+// A peer that overruns its window is an error, not unbounded memory: the
+// output window for output, the (larger) input window for input.
 func TestQueueRefusesOverrun(t *testing.T) {
-	q := NewQueue()
-	if err := q.Push(TStdout, make([]byte, Window)); err != nil {
-		t.Fatal(err)
+	for _, window := range []int{Window, InputWindow} {
+		q := NewQueue(window)
+		for sent := 0; sent < window; sent += Chunk {
+			if err := q.Push(TStdout, make([]byte, Chunk)); err != nil {
+				t.Fatalf("window %d: %v after %d bytes", window, err, sent)
+			}
+		}
+		if err := q.Push(TStdout, []byte{1}); !errors.Is(err, ErrOverrun) {
+			t.Fatalf("window %d: got %v, want ErrOverrun", window, err)
+		}
+		f := NewFlow(window)
+		if got := f.Take(window + 1); got != window {
+			t.Fatalf("window %d: took %d", window, got)
+		}
+		if err := f.Give(window); err != nil {
+			t.Fatalf("window %d: credit of the whole window refused: %v", window, err)
+		}
+		if err := f.Give(1); err == nil {
+			t.Fatalf("window %d: credit beyond the window accepted", window)
+		}
 	}
-	if err := q.Push(TStdout, []byte{1}); !errors.Is(err, ErrOverrun) {
-		t.Fatalf("got %v, want ErrOverrun", err)
+	if Window >= InputWindow {
+		t.Fatalf("the input window (%d) is meant to be the larger", InputWindow)
 	}
-	f := NewFlow(Window)
-	if err := f.Give(1); err == nil {
-		t.Fatal("credit beyond the window accepted")
+	if _, err := ParseCredit(Credit(InputWindow)); err != nil {
+		t.Fatalf("a whole input window of credit: %v", err)
+	}
+	if _, err := ParseCredit(Credit(InputWindow + 1)); err == nil {
+		t.Fatal("credit beyond every window accepted")
 	}
 }
 
 // PopRun joins the chunks of one type queued back to back, never across a
 // change of stream type and never past Chunk, so order is kept.
 func TestPopRunJoinsSameType(t *testing.T) {
-	q := NewQueue()
+	q := NewQueue(Window)
 	for _, c := range []struct {
 		t Type
 		s string
