@@ -313,6 +313,53 @@ func bigOutput(ctx context.Context, e *engine, raw []string) row {
 		h, b, 1.0, "")
 }
 
+// inputSize is how much bigInput sends.
+const inputSize = 50_000_000
+
+// inputArgv reads its stdin to the end.
+var inputArgv = []string{"sh", "-c", "cat > /dev/null"}
+
+// bigInput moves 50 MB of stdin through the CLI's channel (`exec -i`)
+// and through the raw exec (raw, which must take -i), both from a file.
+func bigInput(ctx context.Context, e *engine, raw []string) row {
+	f, err := os.CreateTemp("", "hsbx-bench-input-*")
+	if err != nil {
+		fail("input file: %v", err)
+	}
+	defer os.Remove(f.Name())
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i*7 + i>>11) // not all zeros: nothing on the way gets it for free
+	}
+	for n := 0; n < inputSize; n += len(chunk) {
+		if _, err := f.Write(chunk[:min(len(chunk), inputSize-n)]); err != nil {
+			fail("input file: %v", err)
+		}
+	}
+	f.Close()
+	timed := func(env []string, argv []string) time.Duration {
+		in, err := os.Open(f.Name())
+		if err != nil {
+			fail("input file: %v", err)
+		}
+		defer in.Close()
+		res, err := runner.Run(ctx, proc.Cmd{Argv: argv, Env: env, Stdin: in, Timeout: 5 * time.Minute})
+		if err != nil || res.ExitCode != 0 {
+			fail("%s: %v (exit %d): %s", proc.Quote(argv), err, res.ExitCode, res.Stderr)
+		}
+		return res.Elapsed
+	}
+	n := max(*runs/2, 3)
+	h, b := pair(ctx, e, n,
+		func() time.Duration {
+			return timed(e.env, e.hsbx(append([]string{"exec", "-i", "--task", "warm", "--"}, inputArgv...)...))
+		},
+		func() time.Duration { return timed(os.Environ(), raw) })
+	mbs := func(d time.Duration) float64 { return inputSize / 1e6 / d.Seconds() }
+	return ratioRow(fmt.Sprintf("50 MB of stdin through the CLI's channel (`exec -i`) vs the raw exec -i (median of %d; %.0f vs %.0f MB/s; time, so ≤ 1.00 is ≥ 1.0× the throughput)", n, mbs(h), mbs(b)),
+		h, b, 1.0, "")
+}
+
 // holderOf finds the holder serving container id: its pid and socket
 // (from its spec, HSBX_HOLD in its environment; its argv carries none).
 func holderOf(id string) (int, string) {

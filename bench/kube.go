@@ -64,7 +64,8 @@ func kubeBench(ctx context.Context) string {
 		func() time.Duration { return must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Elapsed },
 		func() time.Duration { return must(ctx, os.Environ(), get...).Elapsed })
 	rows = append(rows, ratioRow("warm `up` vs one `kubectl get pods -l` with the same selector", h, base, 1.1, ""),
-		bigOutput(ctx, e, append(kc("exec", pod, "-c", "sandbox", "--"), bigArgv...)))
+		bigOutput(ctx, e, append(kc("exec", pod, "-c", "sandbox", "--"), bigArgv...)),
+		bigInput(ctx, e, append(kc("exec", "-i", pod, "-c", "sandbox", "--"), inputArgv...)))
 	b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)

@@ -136,7 +136,8 @@ func main() {
 		rows = append(rows, sessionRows(ctx, e, []string{e.bin, "exec", id}, e.name+" exec ID")...)
 		rows = append(rows, warmUp(ctx, e), coldUp(ctx, e), firstExec(ctx, e))
 		rows = append(rows, afterRestart(ctx, e)...)
-		rows = append(rows, bigOutput(ctx, e, append([]string{e.bin, "exec", id}, bigArgv...)))
+		rows = append(rows, bigOutput(ctx, e, append([]string{e.bin, "exec", id}, bigArgv...)),
+			bigInput(ctx, e, append([]string{e.bin, "exec", "-i", id}, inputArgv...)))
 		b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
 		for _, r := range rows {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)
