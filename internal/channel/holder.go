@@ -399,7 +399,7 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 	r := wire.NewReaderSize(nc, 4<<10)
 	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	f, err := r.Read()
-	if err != nil || f.Type != wire.THello || wire.Decode(f, &h) != nil || h.Proto != wire.Proto || h.Down {
+	if err != nil || f.Type != wire.THello || wire.DecodeHello(f.Payload, &h) != nil || h.Proto != wire.Proto || h.Down {
 		return Result{}, fmt.Errorf("%w: the holder did not greet (%v)", ErrNotDelivered, err)
 	}
 	_ = nc.SetReadDeadline(time.Time{})
@@ -454,7 +454,7 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 		}
 		res.Interrupted = interrupted.Load()
 		var e wire.Exit
-		if err := wire.Decode(f, &e); err != nil {
+		if err := wire.DecodeExit(f.Payload, &e); err != nil {
 			return res, &BrokenError{Err: err}
 		}
 		res.Code, res.Killed, res.Session = e.Code, e.Killed, e.Session
@@ -479,12 +479,12 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 func sendStart(nc net.Conn, w *wire.Writer, req *Request) error {
 	uc, ok := nc.(*net.UnixConn)
 	if req.StdoutFile == nil || req.StderrFile == nil || !canPassFiles || !ok {
-		return w.WriteJSON(wire.TStart, 0, req.Start)
+		return w.Write(wire.TStart, 0, wire.EncodeStart(req.Start))
 	}
 	st := req.Start
 	st.FDs = []string{"stdout", "stderr"}
 	var frame bytes.Buffer
-	if err := wire.NewWriter(&frame).WriteJSON(wire.TStart, 0, st); err != nil {
+	if err := wire.NewWriter(&frame).Write(wire.TStart, 0, wire.EncodeStart(st)); err != nil {
 		return err
 	}
 	// The descriptors through RawConn, not Fd, which would make a
@@ -541,7 +541,7 @@ func Alive(socket string, wait time.Duration) bool {
 	_ = nc.SetDeadline(time.Now().Add(wait))
 	f, err := wire.NewReader(nc).Read()
 	var h wire.Hello
-	return err == nil && f.Type == wire.THello && wire.Decode(f, &h) == nil && !h.Down && h.Proto == wire.Proto
+	return err == nil && f.Type == wire.THello && wire.DecodeHello(f.Payload, &h) == nil && !h.Down && h.Proto == wire.Proto
 }
 
 // unavailableFor is how long a holder's verdict that the agent cannot run
