@@ -315,13 +315,13 @@ func (d *scan) skip(depth int) error {
 	if depth > maxDepth {
 		return errors.New("nested too deeply")
 	}
-	switch c := d.peek(); {
-	case c == '"':
+	switch d.peek() {
+	case '"':
 		_, err := d.str()
 		return err
-	case c == '{':
+	case '{':
 		return d.object(depth, nil, nil)
-	case c == '[':
+	case '[':
 		d.i++
 		if d.peek() == ']' {
 			d.i++
@@ -341,11 +341,11 @@ func (d *scan) skip(depth int) error {
 				return errSyntax
 			}
 		}
-	case c == 't':
+	case 't':
 		return d.want(d.lit("true"))
-	case c == 'f':
+	case 'f':
 		return d.want(d.lit("false"))
-	case c == 'n':
+	case 'n':
 		return d.want(d.null())
 	default:
 		_, err := d.number()
