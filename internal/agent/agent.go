@@ -75,7 +75,7 @@ type agent struct {
 
 type stream struct {
 	id     uint32
-	proc   *os.Process
+	proc   *child
 	marker string
 	out    *wire.Flow
 	stdin  *wire.Queue
@@ -240,10 +240,7 @@ func (a *agent) start(id uint32, st wire.Start) {
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: 126, Error: "creating pipes: " + err.Error()})
 		return
 	}
-	p, err := os.StartProcess(path, st.Argv, &os.ProcAttr{
-		Dir: st.Dir, Env: env, Files: []*os.File{inR, outW, errW},
-		Sys: &syscall.SysProcAttr{Setpgid: true},
-	})
+	p, err := spawn(path, st.Argv, st.Dir, env, inR, outW, errW)
 	if inW != nil {
 		inR.Close()
 	}
@@ -290,8 +287,7 @@ func (a *agent) start(id uint32, st wire.Start) {
 	go func() { defer pumped(); a.pump(s, outR, wire.TStdout) }()
 	go func() { defer pumped(); a.pump(s, errR, wire.TStderr) }()
 	go func() {
-		ps, _ := p.Wait()
-		code := exitCode(ps)
+		code := p.wait()
 		select {
 		case <-drained:
 		default:
@@ -501,16 +497,6 @@ func forEachProc(fn func(pid int)) {
 			fn(pid)
 		}
 	}
-}
-
-func exitCode(ps *os.ProcessState) int {
-	if ps == nil {
-		return 255
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
 }
 
 // mergeEnv returns base with add's entries set (later wins).
