@@ -71,6 +71,7 @@ type agent struct {
 	devNull *os.File
 	mu      sync.Mutex
 	streams map[uint32]*stream
+	spawner spawner
 }
 
 type stream struct {
@@ -240,7 +241,7 @@ func (a *agent) start(id uint32, st wire.Start) {
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: 126, Error: "creating pipes: " + err.Error()})
 		return
 	}
-	p, err := spawn(path, st.Argv, st.Dir, env, inR, outW, errW)
+	p, err := a.spawner.spawn(path, st.Argv, st.Dir, env, inR, outW, errW)
 	if inW != nil {
 		inR.Close()
 	}

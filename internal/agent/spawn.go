@@ -5,6 +5,7 @@ package agent
 import (
 	"errors"
 	"os"
+	"sync"
 	"syscall"
 )
 
@@ -14,20 +15,32 @@ type child struct {
 	pidfd *os.File // nil when the kernel gives none
 }
 
+// spawner starts commands; it finds out once whether the kernel (or what
+// stands for it: qemu-user runs the arm64 agent on an amd64 engine and
+// refuses CLONE_PIDFD) gives a pidfd at clone.
+type spawner struct {
+	once   sync.Once
+	pidfds bool
+}
+
 // spawn starts path in its own process group with stdio in, out and errf.
-// It asks the kernel for a pidfd, so wait parks in the poller until the
-// process exits instead of holding a thread in a blocking wait (what
-// os.Process.Wait does): measured through the Go package, `/bin/true`
+// Where it can, it asks the kernel for a pidfd, so wait parks in the poller
+// until the process exits instead of holding a thread in a blocking wait
+// (what os.Process.Wait does): measured through the Go package, `/bin/true`
 // went from 1.07x to 1.05x a shell loop's round trip on docker and podman.
-func spawn(path string, argv []string, dir string, env []string, in, out, errf *os.File) (*child, error) {
+func (sp *spawner) spawn(path string, argv []string, dir string, env []string, in, out, errf *os.File) (*child, error) {
+	sp.once.Do(func() { sp.pidfds = clonePidfdWorks() })
 	fds := make([]uintptr, 3)
 	for i, f := range []*os.File{in, out, errf} {
 		// Blocking files already (never in the poller): Fd changes nothing.
 		fds[i] = f.Fd()
 	}
 	pidfd := -1
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds,
-		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd}})
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if sp.pidfds {
+		sys.PidFD = &pidfd
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: fds, Sys: sys})
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: path, Err: err}
 	}
@@ -40,6 +53,17 @@ func spawn(path string, argv []string, dir string, env []string, in, out, errf *
 		}
 	}
 	return c, nil
+}
+
+// clonePidfdWorks starts a child with CLONE_PIDFD whose exec cannot
+// succeed: ENOENT means the clone worked (nothing ran), anything else
+// (EINVAL from qemu-user or an old kernel, EPERM from a filter) that it
+// did not, and commands start without a pidfd.
+func clonePidfdWorks() bool {
+	pidfd := -1
+	_, err := syscall.ForkExec("/nonexistent/hsbx-pidfd-probe", []string{"hsbx-pidfd-probe"}, &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{PidFD: &pidfd}})
+	return errors.Is(err, syscall.ENOENT)
 }
 
 // wait reaps the process and returns its exit status, 128+N when signal
