@@ -296,11 +296,7 @@ const bigSize = 300_000_000
 // the raw exec (raw), both to a discarding reader.
 func bigOutput(ctx context.Context, e *engine, raw []string) row {
 	timed := func(env []string, argv []string) time.Duration {
-		res, err := runner.Run(ctx, proc.Cmd{Argv: argv, Env: env, Stdout: io.Discard, Timeout: 5 * time.Minute})
-		if err != nil || res.ExitCode != 0 {
-			fail("%s: %v (exit %d): %s", proc.Quote(argv), err, res.ExitCode, res.Stderr)
-		}
-		return res.Elapsed
+		return streamed(ctx, proc.Cmd{Argv: argv, Env: env, Stdout: io.Discard})
 	}
 	n := max(*runs/3, 3)
 	h, b := pair(ctx, e, n,
@@ -311,6 +307,17 @@ func bigOutput(ctx context.Context, e *engine, raw []string) row {
 	mbs := func(d time.Duration) float64 { return bigSize / 1e6 / d.Seconds() }
 	return ratioRow(fmt.Sprintf("300 MB of stdout through the CLI's channel vs the raw exec (median of %d; %.0f vs %.0f MB/s; time, so ≤ 1.00 is ≥ 1.0× the throughput)", n, mbs(h), mbs(b)),
 		h, b, 1.0, "")
+}
+
+// streamed runs c (a big stream in or out, never kept) to success and
+// returns how long it took.
+func streamed(ctx context.Context, c proc.Cmd) time.Duration {
+	c.Timeout = 5 * time.Minute
+	res, err := runner.Run(ctx, c)
+	if err != nil || res.ExitCode != 0 {
+		fail("%s: %v (exit %d): %s", proc.Quote(c.Argv), err, res.ExitCode, res.Stderr)
+	}
+	return res.Elapsed
 }
 
 // inputSize is how much bigInput sends.
@@ -343,11 +350,7 @@ func bigInput(ctx context.Context, e *engine, raw []string) row {
 			fail("input file: %v", err)
 		}
 		defer in.Close()
-		res, err := runner.Run(ctx, proc.Cmd{Argv: argv, Env: env, Stdin: in, Timeout: 5 * time.Minute})
-		if err != nil || res.ExitCode != 0 {
-			fail("%s: %v (exit %d): %s", proc.Quote(argv), err, res.ExitCode, res.Stderr)
-		}
-		return res.Elapsed
+		return streamed(ctx, proc.Cmd{Argv: argv, Env: env, Stdin: in})
 	}
 	n := max(*runs/2, 3)
 	h, b := pair(ctx, e, n,
