@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -32,41 +33,12 @@ func TarIn(r io.Reader, dst string) error {
 	if err != nil {
 		return err
 	}
-	top, _, _ := strings.Cut(strings.TrimPrefix(path.Clean(first.Name), "./"), "/")
-	contents := top == "." || strings.HasPrefix(first.Name, "./")
-	fi, statErr := os.Stat(dst)
-	var into, rename string // extract into dir `into`; the top name becomes `rename`
-	switch {
-	case contents:
-		if statErr != nil {
-			if err := os.Mkdir(dst, 0o755); err != nil {
-				return err
-			}
-		} else if !fi.IsDir() {
-			return fmt.Errorf("cannot copy a directory's contents to %s: not a directory", dst)
-		}
-		into = dst
-	case statErr == nil && fi.IsDir():
-		into, rename = dst, top
-	case statErr == nil:
-		if first.Typeflag == tar.TypeDir {
-			return fmt.Errorf("cannot copy a directory to %s: it is a file", dst)
-		}
-		into, rename = filepath.Dir(dst), filepath.Base(dst)
-	case strings.HasSuffix(dst, "/"):
-		return fmt.Errorf("%s: no such directory", dst)
-	default:
-		parent := filepath.Dir(filepath.Clean(dst))
-		if pfi, err := os.Stat(parent); err != nil || !pfi.IsDir() {
-			return fmt.Errorf("%s: no such directory", parent)
-		}
-		into, rename = parent, filepath.Base(filepath.Clean(dst))
-	}
-	root, err := os.OpenRoot(into)
+	root, contents, top, rename, err := placement(first, dst)
 	if err != nil {
-		return err
+		return &PlacementError{err}
 	}
 	defer root.Close()
+	var dirs []*tar.Header // their times are set last: what goes in them changes them
 	for h := first; ; {
 		name := strings.TrimPrefix(path.Clean(h.Name), "./")
 		if !contents {
@@ -79,13 +51,69 @@ func TarIn(r io.Reader, dst string) error {
 			if err := place(root, tr, h, name); err != nil {
 				return fmt.Errorf("%s: %w", h.Name, err)
 			}
+			if h.Typeflag == tar.TypeDir {
+				h.Name = name
+				dirs = append(dirs, h)
+			}
 		}
 		if h, err = tr.Next(); errors.Is(err, io.EOF) {
-			return nil
+			break
 		} else if err != nil {
 			return err
 		}
 	}
+	for _, h := range slices.Backward(dirs) {
+		if err := root.Chtimes(h.Name, h.ModTime, h.ModTime); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+// PlacementError is a TarIn that wrote nothing: where the archive would
+// go does not take it (no such directory, a directory onto a file), or
+// cannot be opened.
+type PlacementError struct{ Err error }
+
+func (e *PlacementError) Error() string { return e.Err.Error() }
+func (e *PlacementError) Unwrap() error { return e.Err }
+
+// placement opens the directory TarIn extracts into for an archive whose
+// first entry is first: with `contents` (SRC/.) its entries go in as they
+// are named; else its top name, top, becomes rename.
+func placement(first *tar.Header, dst string) (root *os.Root, contents bool, top, rename string, err error) {
+	top, _, _ = strings.Cut(strings.TrimPrefix(path.Clean(first.Name), "./"), "/")
+	contents = top == "." || strings.HasPrefix(first.Name, "./")
+	fi, statErr := os.Stat(dst)
+	var into string // extract into dir `into`; the top name becomes `rename`
+	switch {
+	case contents:
+		if statErr != nil {
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return nil, false, "", "", err
+			}
+		} else if !fi.IsDir() {
+			return nil, false, "", "", fmt.Errorf("cannot copy a directory's contents to %s: not a directory", dst)
+		}
+		into = dst
+	case statErr == nil && fi.IsDir():
+		into, rename = dst, top
+	case statErr == nil:
+		if first.Typeflag == tar.TypeDir {
+			return nil, false, "", "", fmt.Errorf("cannot copy a directory to %s: it is a file", dst)
+		}
+		into, rename = filepath.Dir(dst), filepath.Base(dst)
+	case strings.HasSuffix(dst, "/"):
+		return nil, false, "", "", fmt.Errorf("%s: no such directory", dst)
+	default:
+		parent := filepath.Dir(filepath.Clean(dst))
+		if pfi, err := os.Stat(parent); err != nil || !pfi.IsDir() {
+			return nil, false, "", "", fmt.Errorf("%s: no such directory", parent)
+		}
+		into, rename = parent, filepath.Base(filepath.Clean(dst))
+	}
+	root, err = os.OpenRoot(into)
+	return root, contents, top, rename, err
 }
 
 // place makes one entry under root (which refuses names that would leave
@@ -105,13 +133,22 @@ func place(root *os.Root, tr *tar.Reader, h *tar.Header, name string) error {
 			return err
 		}
 		_, err = io.Copy(f, tr)
+		if err == nil {
+			err = f.Chmod(mode) // exactly the archive's: the umask took bits off
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
+		}
+		if err == nil {
+			err = root.Chtimes(name, h.ModTime, h.ModTime)
 		}
 		return err
 	case tar.TypeSymlink:
 		_ = root.Remove(name)
-		return root.Symlink(h.Linkname, name)
+		if err := root.Symlink(h.Linkname, name); err != nil {
+			return err
+		}
+		return linkTimes(root, name, h.ModTime)
 	case tar.TypeLink:
 		_ = root.Remove(name)
 		return root.Link(strings.TrimPrefix(path.Clean(h.Linkname), "./"), name)

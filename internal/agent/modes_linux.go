@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"time"
@@ -17,6 +19,14 @@ import (
 //	kill-marked MARKER kill the processes carrying MARKER, print how many
 //	tar-out SRC        write a tar archive of SRC to stdout (docker cp's shape)
 //	tar-in DST         extract the tar archive on stdin at DST (docker cp's placement)
+//	copy-out SRC MAX   tar-out, for a copy the engine's cp could make too: as
+//	                   root only, and only when SRC holds at most MAX bytes
+//	copy-in DST        tar-in, likewise as root only, and only when the
+//	                   archive's place is there (else nothing is written)
+//
+// copy-out and copy-in exit ExitUseEngine, having written nothing, when
+// the copy is the engine's to make.
+//
 //	session-keeper DIR NAME IDLE_MS
 //	                   keep session NAME's shell (started by the agent; see Keep)
 func RunMode(args []string, build string) (code int, ok bool) {
@@ -49,6 +59,37 @@ func RunMode(args []string, build string) (code int, ok bool) {
 			return fail(err), true
 		}
 		return 0, true
+	case len(args) == 3 && args[0] == "copy-out":
+		max, err := strconv.ParseInt(args[2], 10, 64)
+		if err != nil {
+			return fail(err), true
+		}
+		if os.Geteuid() != 0 {
+			return useEngine("the agent is not root"), true
+		}
+		if over, err := hostcopy.Over(args[1], max); err != nil || over {
+			return useEngine(fmt.Sprintf("over %d bytes, or unreadable (%v)", max, err)), true
+		}
+		if err := hostcopy.Archive(os.Stdout, args[1]); err != nil {
+			return fail(err), true
+		}
+		return 0, true
+	case len(args) == 2 && args[0] == "copy-in":
+		if os.Geteuid() != 0 {
+			return useEngine("the agent is not root"), true
+		}
+		var pe *PlacementError
+		if err := TarIn(os.Stdin, args[1]); errors.As(err, &pe) {
+			return useEngine(err.Error()), true
+		} else if err != nil {
+			return fail(err), true
+		}
+		return 0, true
 	}
 	return 0, false
+}
+
+func useEngine(why string) int {
+	os.Stderr.WriteString("hsbx agent: the engine's cp makes this copy: " + why + "\n")
+	return ExitUseEngine
 }

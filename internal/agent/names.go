@@ -13,3 +13,11 @@ func ValidSessionName(name string) bool {
 	}
 	return true
 }
+
+// ExitUseEngine is copy-out's and copy-in's status when the copy is the
+// engine cp's to make (and they wrote nothing): the agent is not root
+// (the engine copies as the sandbox's root, which may go where its user
+// may not), copy-out's source is larger than its bound or cannot be read,
+// or copy-in's destination does not take the archive (the engine then
+// says why, in its words).
+const ExitUseEngine = 3

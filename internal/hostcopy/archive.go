@@ -2,6 +2,7 @@ package hostcopy
 
 import (
 	"archive/tar"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -84,4 +85,32 @@ func Archive(w io.Writer, src string) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// Over reports whether the regular files Archive(src) would carry hold
+// more than max bytes, walking no further than it must to know (their
+// sizes, never their contents). A path that cannot be read is an error.
+func Over(src string, max int64) (bool, error) {
+	var total int64
+	stop := errors.New("over")
+	err := filepath.WalkDir(filepath.Clean(src), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if total += info.Size(); total > max {
+			return stop
+		}
+		return nil
+	})
+	if errors.Is(err, stop) {
+		return true, nil
+	}
+	return false, err
 }
