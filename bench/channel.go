@@ -482,3 +482,28 @@ func channelGaps(e *engine, start, viaHolder time.Duration, lib libraryTimes) st
 		"The rest, %s, is hsbx reading its configuration, cached engine facts and the sandbox's state file.\n\n",
 		ms(e.channelExec), e.name, ms(start), ms(viaHolder), ms(lib.exec), ms(lib.roundTrip), ms(lib.spawn), ms(rest))
 }
+
+// smallCopies times `hsbx cp` of a 1 KB file into the warm sandbox and
+// back out (through the agent: copy_channel_max) against the engine's
+// own copy of the same file; rawCp makes the baseline's argv from its
+// source and destination (":PATH" names the sandbox side).
+func smallCopies(ctx context.Context, e *engine, rawName string, rawCp func(src, dst string) []string) []row {
+	dir, err := os.MkdirTemp("", "hsbx-bench-cp-")
+	if err != nil {
+		fail("%v", err)
+	}
+	defer os.RemoveAll(dir)
+	src, back := filepath.Join(dir, "small.bin"), filepath.Join(dir, "back.bin")
+	if err := os.WriteFile(src, bytes.Repeat([]byte("0123456789abcdef"), 64), 0o644); err != nil {
+		fail("%v", err)
+	}
+	const inside = ":/workspace/hsbx-bench-small.bin"
+	var rows []row
+	for _, dir := range []struct{ what, src, dst string }{{"into", src, inside}, {"out of", inside, back}} {
+		h, b := pair(ctx, e, *runs,
+			func() time.Duration { return must(ctx, e.env, e.hsbx("cp", "--task", "warm", dir.src, dir.dst)...).Elapsed },
+			func() time.Duration { return must(ctx, os.Environ(), rawCp(dir.src, dir.dst)...).Elapsed })
+		rows = append(rows, ratioRow(fmt.Sprintf("`hsbx cp` of a 1 KB file %s the warm sandbox (through the agent: no engine call) vs `%s`", dir.what, rawName), h, b, 0.25, ""))
+	}
+	return rows
+}

@@ -66,6 +66,9 @@ func kubeBench(ctx context.Context) string {
 	rows = append(rows, ratioRow("warm `up` vs one `kubectl get pods -l` with the same selector", h, base, 1.1, ""),
 		bigOutput(ctx, e, append(kc("exec", pod, "-c", "sandbox", "--"), bigArgv...)),
 		bigInput(ctx, e, append(kc("exec", "-i", pod, "-c", "sandbox", "--"), inputArgv...)))
+	rows = append(rows, smallCopies(ctx, e, "kubectl cp", func(src, dst string) []string {
+		return kc("cp", "-c", "sandbox", strings.Replace(src, ":", pod+":", 1), strings.Replace(dst, ":", pod+":", 1))
+	})...)
 	b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)

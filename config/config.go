@@ -53,6 +53,11 @@ type Settings struct {
 	// CopyMaxSize bounds the data one `cp` out of a sandbox writes on the
 	// host (copy_max_size; env HSBX_COPY_MAX_SIZE; "0" = no bound).
 	CopyMaxSize Setting[string]
+	// CopyChannelMax: a `cp` of at most this much data goes through the
+	// exec channel's agent when its channel is up and it runs as root,
+	// instead of the engine's cp (copy_channel_max; env
+	// HSBX_COPY_CHANNEL_MAX; "0" = always the engine's cp).
+	CopyChannelMax Setting[string]
 	// PersistentShell: `hsbx run` without --session uses the task's
 	// "default" session, so cd and export carry over (persistent_shell;
 	// Hermes TERMINAL_PERSISTENT_SHELL); false: a fresh shell each run.
@@ -113,6 +118,11 @@ type ReaperSettings struct {
 // DefaultCopyMaxSize bounds a copy out of a sandbox (copy_max_size).
 const DefaultCopyMaxSize = "10g"
 
+// DefaultCopyChannelMax is the largest copy the exec channel's agent
+// makes (copy_channel_max): below it the agent is faster than the
+// engine's cp, far above it slower (BENCHMARKS.md).
+const DefaultCopyChannelMax = "4m"
+
 // SizeBytes reads a size like 512m, 10g or 1024 (bytes; b, k, m, g, t in
 // either case) as bytes; "0" means no bound.
 func SizeBytes(s string) (int64, error) {
@@ -144,6 +154,7 @@ func Defaults() Settings {
 		ExecChannel:   Setting[bool]{true, "default"}, ExecChannelIdle: Setting[time.Duration]{10 * time.Minute, "default"},
 		ExecChannelAgent: Setting[string]{"", "default"},
 		CopyMaxSize:      Setting[string]{DefaultCopyMaxSize, "default"},
+		CopyChannelMax:   Setting[string]{DefaultCopyChannelMax, "default"},
 		PersistentShell:  Setting[bool]{true, "default"}, SessionIdle: Setting[time.Duration]{time.Hour, "default"},
 		Sandbox: SandboxSettings{
 			Image: Setting[string]{d.Image, "default"}, Cwd: Setting[string]{d.Cwd, "default"},
@@ -193,6 +204,7 @@ func (s *Settings) fields() []field {
 		{key: "exec_channel_idle", env: []string{"HSBX_EXEC_CHANNEL_IDLE"}, ptr: &s.ExecChannelIdle},
 		{key: "exec_channel_agent", env: []string{"HSBX_EXEC_CHANNEL_AGENT"}, ptr: &s.ExecChannelAgent},
 		{key: "copy_max_size", env: []string{"HSBX_COPY_MAX_SIZE"}, ptr: &s.CopyMaxSize},
+		{key: "copy_channel_max", env: []string{"HSBX_COPY_CHANNEL_MAX"}, ptr: &s.CopyChannelMax},
 		{key: "persistent_shell", env: []string{"TERMINAL_PERSISTENT_SHELL", "HSBX_PERSISTENT_SHELL"}, ptr: &s.PersistentShell},
 		{key: "session_idle", env: []string{"HSBX_SESSION_IDLE"}, ptr: &s.SessionIdle},
 		{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, flag: "--image", ptr: &sb.Image},
@@ -531,6 +543,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := SizeBytes(c.CopyMaxSize.Value); err != nil {
 		return &Error{Source: c.CopyMaxSize.Source, Key: "copy_max_size", Msg: err.Error()}
+	}
+	if _, err := SizeBytes(c.CopyChannelMax.Value); err != nil {
+		return &Error{Source: c.CopyChannelMax.Source, Key: "copy_channel_max", Msg: strings.Replace(err.Error(), "0 = no bound", "0 = never", 1)}
 	}
 	if c.ExecChannelIdle.Value <= 0 {
 		return &Error{Source: c.ExecChannelIdle.Source, Key: "exec_channel_idle", Msg: "want a duration > 0"}

@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 
+	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/runtime"
@@ -41,6 +43,17 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 		return fmt.Errorf("copying %s into sandbox %s: %w", src, s.name, err)
 	}
 	dst = sandboxPath(dst)
+	if s.fastCopies() {
+		if over, err := hostcopy.Over(src, s.m.c.CopyChannelMax); err == nil && !over {
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(hostcopy.Archive(pw, src)) }()
+			made, err := s.fastCopy(ctx, []string{"copy-in", dst}, pr, nil)
+			pr.Close()
+			if made {
+				return s.copyError(dst, err)
+			}
+		}
+	}
 	return s.copying(ctx, true, dst, func(id string, viaAgent bool) error {
 		if viaAgent {
 			pr, pw := io.Pipe()
@@ -60,12 +73,24 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 // Config.CopyMaxBytes of data.
 func (s *Sandbox) CopyOut(ctx context.Context, src, dst string) error {
 	src = sandboxPath(src)
+	o := hostcopy.Options{MaxBytes: s.m.c.CopyMaxBytes}
+	if s.fastCopies() {
+		var made bool
+		err := hostcopy.CopyFrom(dst, src, func(w io.Writer) (err error) {
+			made, err = s.fastCopy(ctx, s.copyOutArgs(src), nil, w)
+			return err
+		}, o)
+		if made {
+			return s.copyError(src, err)
+		}
+		// Handed back: nothing was written, on the host either.
+	}
 	return s.copying(ctx, false, src, func(id string, viaAgent bool) error {
 		stream := func(w io.Writer) error { return s.rt().CopyOut(ctx, id, src, w) }
 		if viaAgent {
 			stream = func(w io.Writer) error { return s.viaAgent(ctx, id, []string{"tar-out", src}, nil, w) }
 		}
-		return hostcopy.CopyFrom(dst, src, stream, hostcopy.Options{MaxBytes: s.m.c.CopyMaxBytes})
+		return hostcopy.CopyFrom(dst, src, stream, o)
 	})
 }
 
@@ -92,6 +117,11 @@ func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) er
 // streams (the engine's `cp ID:SRC -`: one entry named after src's base).
 func (s *Sandbox) CopyOutArchive(ctx context.Context, src string, w io.Writer) error {
 	src = sandboxPath(src)
+	if s.fastCopies() {
+		if made, err := s.fastCopy(ctx, s.copyOutArgs(src), nil, w); made {
+			return s.copyError(src, err)
+		}
+	}
 	return s.copying(ctx, false, src, func(id string, viaAgent bool) error {
 		if viaAgent {
 			return s.viaAgent(ctx, id, []string{"tar-out", src}, nil, w)
@@ -126,6 +156,51 @@ func (s *Sandbox) copying(ctx context.Context, create bool, p string, do func(id
 	release := s.markInUse()
 	defer release()
 	if err := do(c.ID, viaAgent); err != nil {
+		return fmt.Errorf("copying %s in sandbox %s: %w", p, s.name, err)
+	}
+	return nil
+}
+
+// fastCopies says whether copies may try the agent of the sandbox's
+// exec channel first (Config.CopyChannelMax): the channel is on, and the
+// agent runs as root (a sandbox run as a host user other than root has it
+// hand every copy back).
+func (s *Sandbox) fastCopies() bool {
+	return s.m.c.CopyChannelMax > 0 && s.usesChannel(Command{}) && (!s.spec.RunAsHostUser || s.m.c.UID == 0)
+}
+
+func (s *Sandbox) copyOutArgs(src string) []string {
+	return []string{"copy-out", src, strconv.FormatInt(s.m.c.CopyChannelMax, 10)}
+}
+
+// fastCopy makes a copy through the agent of the sandbox's exec channel
+// when the channel is up for its verified container: no engine call,
+// where the engine's cp costs an inspect and a cp. made is false, with
+// nothing written, when the copy is the engine's: no channel is up, or the
+// agent handed it back (agent.ExitUseEngine: not root, over
+// CopyChannelMax, a destination the engine must judge; or status 2, an
+// agent of an older hsbx that has no such mode).
+func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) (made bool, err error) {
+	id := s.warmTarget()
+	if id == "" {
+		return false, nil
+	}
+	errb := &proc.TailBuffer{Max: 4 << 10}
+	c := Command{Argv: append([]string{"/proc/self/exe"}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}
+	code, err, ok := s.execChannel(ctx, id, c, map[string]string{})
+	switch {
+	case !ok, err == nil && (code == agent.ExitUseEngine || code == 2):
+		return false, nil
+	case err != nil:
+		return true, err
+	case code != 0:
+		return true, fmt.Errorf("hsbx's agent could not copy (exit %d): %s", code, strings.TrimSpace(string(errb.Bytes())))
+	}
+	return true, nil
+}
+
+func (s *Sandbox) copyError(p string, err error) error {
+	if err != nil {
 		return fmt.Errorf("copying %s in sandbox %s: %w", p, s.name, err)
 	}
 	return nil

@@ -429,3 +429,171 @@ func TestCopyToMemoryPathsThroughTheAgent(t *testing.T) {
 		}
 	})
 }
+
+// Small copies go through the exec channel's agent when its channel is
+// up (Config.CopyChannelMax): no engine call at all, and what lands in
+// the sandbox, or on the host, is what the engine's cp makes — names,
+// contents, modes, times, owners. Over the bound, a copy out the agent
+// hands back, a missing path: the engine's cp, with its words.
+func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if e.tg.Fake {
+			t.Skip("the fakes run the agent on this host: a copy through it would be made here")
+		}
+		ctx := context.Background()
+		manager := func(max int64) *sandbox.Manager {
+			return sandbox.New(sandbox.Config{Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
+				Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {}, Channel: true, CopyChannelMax: max})
+		}
+		spec := e.spec()
+		fast := manager(1<<20).Sandbox(e.key("fastcp"), spec)
+		engine := manager(0).Sandbox(e.key("fastcp"), spec)
+		t.Cleanup(func() { _ = fast.Close(ctx); _ = engine.Close(ctx) })
+		if _, err := fast.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if code, err := fast.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil || code != 0 { // opens the channel
+			t.Fatalf("exec: %d %v", code, err)
+		}
+		ws := "/workspace" // as TestCopyInAndOut
+		switch {
+		case e.tg.Rootless:
+			ws = "/var"
+		case e.kube():
+			ws = "/tmp"
+		}
+		in, out := e.hostDir("fastin"), e.hostDir("fastout")
+		src := filepath.Join(in, "tree")
+		files := map[string]string{"a.txt": "alpha\n", "run.sh": "#!/bin/sh\n", "sub/b": "beta", "sp ace,=.txt": ""}
+		modes := map[string]os.FileMode{"a.txt": 0o640, "run.sh": 0o755, "sub/b": 0o600, "sp ace,=.txt": 0o666, "sub": 0o750, ".": 0o751}
+		for name, body := range files {
+			if err := os.MkdirAll(filepath.Join(src, filepath.Dir(name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink("a.txt", filepath.Join(src, "link")); err != nil {
+			t.Fatal(err)
+		}
+		when := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+		var uid, gid int // the rootless engine's user reads them
+		fmt.Sscanf(os.Getenv("HSBX_IT_ROOTLESS_UID")+":"+os.Getenv("HSBX_IT_ROOTLESS_GID"), "%d:%d", &uid, &gid)
+		for _, name := range []string{"a.txt", "run.sh", "sub/b", "sp ace,=.txt", "link", "sub", "."} { // leaves first
+			p := filepath.Join(src, name)
+			if e.tg.Rootless {
+				if err := os.Lchown(p, uid, gid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if name == "link" {
+				continue
+			}
+			if err := os.Chmod(p, modes[name]); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(p, when, when); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// In: the agent, no engine call; the same as the engine's cp.
+		e.log.reset()
+		if err := fast.CopyIn(ctx, src, ws+"/viaagent"); err != nil {
+			t.Fatal(err)
+		}
+		if calls := e.log.all(); len(calls) != 0 {
+			t.Errorf("a small copy in made engine calls:\n%s", strings.Join(calls, "\n"))
+		}
+		if err := engine.CopyIn(ctx, src, ws+"/viaengine"); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(e.log.all(), func(l string) bool { return strings.Contains(l, " cp ") }) {
+			t.Errorf("the engine's copy made no cp call:\n%s", strings.Join(e.log.all(), "\n"))
+		}
+		listing := func(dir string) string {
+			t.Helper()
+			var b bytes.Buffer
+			// name, mode, owner, kind; times for all but links (engines differ there)
+			script := `cd "$1" && find . -exec stat -c '%n|%a|%u:%g|%F|%Y' {} + | sed '/symbolic link/s/|[0-9]*$//' | sort`
+			code, err := fast.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script, "sh", dir}, Stdout: &b})
+			if err != nil || code != 0 {
+				t.Fatalf("listing %s: %d %v", dir, code, err)
+			}
+			return b.String()
+		}
+		got, want := listing(ws+"/viaagent"), listing(ws+"/viaengine")
+		if got != want {
+			t.Errorf("the agent's copy in:\n%s\nthe engine's:\n%s", got, want)
+		}
+		if !strings.Contains(got, "./sub|750|0:0|directory|"+fmt.Sprint(when.Unix())) || !strings.Contains(got, "./sp ace,=.txt|666|") {
+			t.Errorf("modes, owners or times not kept:\n%s", got)
+		}
+
+		// Out: the agent, no engine call; a file, a tree, a tree's contents.
+		e.log.reset()
+		if err := fast.CopyOut(ctx, ws+"/viaagent", filepath.Join(out, "tree")); err != nil {
+			t.Fatal(err)
+		}
+		if err := fast.CopyOut(ctx, ws+"/viaagent/sub/b", filepath.Join(out, "b")); err != nil {
+			t.Fatal(err)
+		}
+		if err := fast.CopyOut(ctx, ws+"/viaagent/.", filepath.Join(out, "contents")); err != nil {
+			t.Fatal(err)
+		}
+		var ar bytes.Buffer
+		if err := fast.CopyOutArchive(ctx, ws+"/viaagent/sub", &ar); err != nil {
+			t.Fatal(err)
+		}
+		if calls := e.log.all(); len(calls) != 0 {
+			t.Errorf("small copies out made engine calls:\n%s", strings.Join(calls, "\n"))
+		}
+		for _, d := range []string{"tree", "contents"} {
+			if got := readTree(t, filepath.Join(out, d)); !maps.Equal(got, files) {
+				t.Errorf("%s out:\n%v\nwant\n%v", d, got, files)
+			}
+			if l, err := os.Readlink(filepath.Join(out, d, "link")); err != nil || l != "a.txt" {
+				t.Errorf("%s out: the link: %q %v", d, l, err)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(out, "b")); err != nil || string(b) != "beta" {
+			t.Errorf("a file out: %q %v", b, err)
+		}
+		if fi, err := os.Stat(filepath.Join(out, "tree", "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("run.sh out: %v %v", fi, err)
+		}
+		if names, contents := untar(t, &ar); !slices.Equal(names, []string{"sub", "sub/b"}) || contents["sub/b"] != "beta" {
+			t.Errorf("the archive out: %v %v", names, contents)
+		}
+
+		// Over the bound, both ways: the engine's cp.
+		big := filepath.Join(in, "big.bin")
+		sum := bigFile(t, big, 2<<20)
+		e.log.reset()
+		if err := fast.CopyIn(ctx, big, ws+"/big.bin"); err != nil {
+			t.Fatal(err)
+		}
+		if err := fast.CopyOut(ctx, ws+"/big.bin", filepath.Join(out, "big.bin")); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(slices.DeleteFunc(e.log.all(), func(l string) bool { return !strings.Contains(l, " cp ") })); n != 2 {
+			t.Errorf("copies over the bound: %d cp calls, want 2:\n%s", n, strings.Join(e.log.all(), "\n"))
+		}
+		if fileSum(t, filepath.Join(out, "big.bin")) != sum {
+			t.Error("the big file came back different")
+		}
+
+		// A path that is not there: the engine's error, the same either way.
+		errFast := fast.CopyOut(ctx, ws+"/nothing", filepath.Join(out, "nothing"))
+		errEngine := engine.CopyOut(ctx, ws+"/nothing", filepath.Join(out, "nothing"))
+		if errFast == nil || errors.Is(errFast, runtime.ErrNoSuchPath) != errors.Is(errEngine, runtime.ErrNoSuchPath) {
+			t.Errorf("a missing path out: %v, the engine's way: %v", errFast, errEngine)
+		}
+		errFast = fast.CopyIn(ctx, src, ws+"/no/such/dir")
+		errEngine = engine.CopyIn(ctx, src, ws+"/no/such/dir")
+		if errFast == nil || errors.Is(errFast, runtime.ErrNoSuchPath) != errors.Is(errEngine, runtime.ErrNoSuchPath) {
+			t.Errorf("into a missing directory: %v, the engine's way: %v", errFast, errEngine)
+		}
+	})
+}

@@ -26,7 +26,8 @@ import (
 )
 
 // Main is TestMain for a package that uses Targets: it puts the fake
-// docker and podman on PATH as real executables.
+// docker and podman on PATH as real executables, and keeps copies off
+// the exec channel (HSBX_COPY_CHANNEL_MAX=0).
 // FAKEENGINE_DIR defaults to a directory under the OS temp dir, so
 // examples can use the fakes with nothing but PATH (testscript.Main exits
 // the process, so it is not removed; it holds a small state file).
@@ -34,6 +35,9 @@ func Main(m *testing.M) {
 	if os.Getenv("FAKEENGINE_DIR") == "" {
 		os.Setenv("FAKEENGINE_DIR", filepath.Join(os.TempDir(), fmt.Sprintf("hsbx-fakeengine-%d", os.Getpid())))
 	}
+	// The fakes run the exec channel's agent on this host: a copy through
+	// it (copy_channel_max) would be made here, not in a sandbox.
+	os.Setenv("HSBX_COPY_CHANNEL_MAX", "0")
 	testscript.Main(m, map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman, "kubectl": fakebin.Kubectl})
 }
 
