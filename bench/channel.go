@@ -501,7 +501,9 @@ func smallCopies(ctx context.Context, e *engine, rawName string, rawCp func(src,
 	var rows []row
 	for _, dir := range []struct{ what, src, dst string }{{"into", src, inside}, {"out of", inside, back}} {
 		h, b := pair(ctx, e, *runs,
-			func() time.Duration { return must(ctx, e.env, e.hsbx("cp", "--task", "warm", dir.src, dir.dst)...).Elapsed },
+			func() time.Duration {
+				return must(ctx, e.env, e.hsbx("cp", "--task", "warm", dir.src, dir.dst)...).Elapsed
+			},
 			func() time.Duration { return must(ctx, os.Environ(), rawCp(dir.src, dir.dst)...).Elapsed })
 		rows = append(rows, ratioRow(fmt.Sprintf("`hsbx cp` of a 1 KB file %s the warm sandbox (through the agent: no engine call) vs `%s`", dir.what, rawName), h, b, 0.25, ""))
 	}
