@@ -186,9 +186,17 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 		return false, nil
 	}
 	errb := &proc.TailBuffer{Max: 4 << 10}
-	c := Command{Argv: append([]string{"/proc/self/exe"}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}
+	c := Command{Argv: append([]string{"/proc/self/exe"}, args...), Stdin: stdin, Stderr: errb}
+	sent := &countingWriter{w: stdout}
+	if stdout != nil {
+		c.Stdout = sent
+	}
 	code, err, ok := s.execChannel(ctx, id, c, map[string]string{})
 	switch {
+	case err == nil && (code == agent.ExitUseEngine || code == 2) && sent.n > 0:
+		// Only a hostile sandbox sends part of an archive and then hands
+		// the copy back: the engine's would follow it in the stream.
+		return true, fmt.Errorf("hsbx's agent handed the copy back after sending %d bytes of it", sent.n)
 	case !ok, err == nil && (code == agent.ExitUseEngine || code == 2):
 		return false, nil
 	case err != nil:
@@ -197,6 +205,17 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 		return true, fmt.Errorf("hsbx's agent could not copy (exit %d): %s", code, strings.TrimSpace(string(errb.Bytes())))
 	}
 	return true, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 func (s *Sandbox) copyError(p string, err error) error {
