@@ -560,8 +560,11 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(out, "b")); err != nil || string(b) != "beta" {
 			t.Errorf("a file out: %q %v", b, err)
 		}
-		if fi, err := os.Stat(filepath.Join(out, "tree", "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+		if fi, err := os.Stat(filepath.Join(out, "tree", "run.sh")); err != nil || fi.Mode().Perm() != 0o755 || !fi.ModTime().Equal(when) {
 			t.Errorf("run.sh out: %v %v", fi, err)
+		}
+		if fi, err := os.Stat(filepath.Join(out, "tree", "sub")); err != nil || !fi.ModTime().Equal(when) {
+			t.Errorf("sub out: %v %v", fi, err)
 		}
 		if names, contents := untar(t, &ar); !slices.Equal(names, []string{"sub", "sub/b"}) || contents["sub/b"] != "beta" {
 			t.Errorf("the archive out: %v %v", names, contents)

@@ -26,7 +26,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -121,6 +123,7 @@ type extractor struct {
 	files                    int
 	bytes                    int64
 	written                  map[string]bool // regular files this copy wrote (archive names, mapped)
+	dirs                     []dirTime       // directories made, their times set at the end
 	links                    []string        // symbolic links made (host paths), checked at the end
 	refused                  []string
 }
@@ -173,6 +176,10 @@ func (x *extractor) extract(r io.Reader) error {
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
+			// Last, deepest first: what went into a directory changed its time.
+			for _, d := range slices.Backward(x.dirs) {
+				_ = os.Chtimes(d.path, d.t, d.t)
+			}
 			return nil
 		}
 		if err != nil {
@@ -198,6 +205,7 @@ func (x *extractor) extract(r io.Reader) error {
 				return err
 			}
 			_ = os.Chmod(p, fs.FileMode(h.Mode)&fs.ModePerm|0o700)
+			x.dirs = append(x.dirs, dirTime{p, h.ModTime})
 		case tar.TypeReg:
 			if x.opts.MaxBytes > 0 && x.bytes+h.Size > x.opts.MaxBytes {
 				return fmt.Errorf("%w: %s would bring it past %d bytes", ErrTooLarge, name, x.opts.MaxBytes)
@@ -272,11 +280,22 @@ func (x *extractor) file(p string, h *tar.Header, r io.Reader) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		// The file just made at p (no link at its name, none between):
+		// its time as the sandbox had it, as the engine's cp keeps it
+		// (where the file system takes it).
+		_ = os.Chtimes(p, h.ModTime, h.ModTime)
+	}
 	if err != nil {
 		return err
 	}
 	x.files++
 	return nil
+}
+
+type dirTime struct {
+	path string
+	t    time.Time
 }
 
 // holeBlock is the unit writeSparse checks for zeros.

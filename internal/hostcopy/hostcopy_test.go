@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func tarOf(t *testing.T, entries ...*tar.Header) *bytes.Buffer {
@@ -205,4 +206,27 @@ func FuzzExtract(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+// TestExtractKeepsTimes: files and directories get the archive's
+// modification times, as the engine's cp gives them (directories' set
+// last: what goes into them changes them).
+func TestExtractKeepsTimes(t *testing.T) {
+	t1 := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	t2 := time.Date(2002, 3, 4, 5, 6, 7, 0, time.UTC)
+	ar := tarOf(t,
+		&tar.Header{Name: "top/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: t1},
+		&tar.Header{Name: "top/sub/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: t1},
+		&tar.Header{Name: "top/sub/f", Typeflag: tar.TypeReg, Mode: 0o644, ModTime: t2},
+		&tar.Header{Name: "top/g", Typeflag: tar.TypeReg, Mode: 0o644, ModTime: t2})
+	dst := t.TempDir()
+	if err := Extract(ar, dst, "top", "top", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]time.Time{"top": t1, "top/sub": t1, "top/sub/f": t2, "top/g": t2} {
+		fi, err := os.Stat(filepath.Join(dst, name))
+		if err != nil || !fi.ModTime().Equal(want) {
+			t.Errorf("%s: %v %v, want %v", name, fi.ModTime(), err, want)
+		}
+	}
 }
