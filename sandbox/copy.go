@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -105,6 +106,21 @@ var ErrCopyTooLarge = hostcopy.ErrTooLarge
 // the sandbox (created first when there is none), as it streams.
 func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) error {
 	dir = sandboxPath(dir)
+	if s.fastCopies() {
+		// A stream of unknown size: up to the bound is read first; a
+		// whole archive that small goes through the agent, a larger one
+		// to the engine, what was read first and then the rest.
+		head, err := io.ReadAll(io.LimitReader(r, s.m.c.CopyChannelMax+1))
+		if err != nil {
+			return s.copyError(dir, err)
+		}
+		if int64(len(head)) <= s.m.c.CopyChannelMax {
+			if made, err := s.fastCopy(ctx, []string{"copy-in", dir + "/"}, bytes.NewReader(head), nil); made {
+				return s.copyError(dir, err)
+			}
+		}
+		r = io.MultiReader(bytes.NewReader(head), r)
+	}
 	return s.copying(ctx, true, dir, func(id string, viaAgent bool) error {
 		if viaAgent {
 			return s.viaAgent(ctx, id, []string{"tar-in", dir + "/"}, r, nil)

@@ -581,6 +581,44 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 			t.Errorf("the archive out: %v %v", names, contents)
 		}
 
+		// A stream in (`hsbx cp - :DIR`), several entries at its top: the
+		// agent when it is small, the engine's cp when it is not.
+		stream := func(names ...string) *bytes.Buffer {
+			var b bytes.Buffer
+			tw := tar.NewWriter(&b)
+			for _, n := range names {
+				size := int64(len(n))
+				if strings.HasPrefix(n, "big") {
+					size = 2 << 20
+				}
+				if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+					t.Fatal(err)
+				}
+				_, _ = tw.Write([]byte(n))
+				_, _ = tw.Write(make([]byte, size-int64(len(n))))
+			}
+			_ = tw.Close()
+			return &b
+		}
+		e.log.reset()
+		if err := fast.CopyInArchive(ctx, ws+"/viaagent/sub", stream("s1", "s2")); err != nil {
+			t.Fatal(err)
+		}
+		if calls := e.log.all(); len(calls) != 0 {
+			t.Errorf("a small stream in made engine calls:\n%s", strings.Join(calls, "\n"))
+		}
+		if err := fast.CopyInArchive(ctx, ws+"/viaagent/sub", stream("big1", "s3")); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(e.log.all(), engineCopy) {
+			t.Errorf("a stream over the bound made no engine copy:\n%s", strings.Join(e.log.all(), "\n"))
+		}
+		var ls bytes.Buffer
+		if code, err := fast.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `cd "$1" && cat s1 s2 s3 && wc -c < big1`, "sh", ws + "/viaagent/sub"}, Stdout: &ls}); err != nil || code != 0 ||
+			strings.TrimSpace(ls.String()) != "s1s2s32097152" { // (no newlines in them)
+			t.Errorf("the streams in: %d %v %q", code, err, ls.String())
+		}
+
 		// Over the bound, both ways: the engine's cp.
 		big := filepath.Join(in, "big.bin")
 		sum := bigFile(t, big, 2<<20)

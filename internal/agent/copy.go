@@ -97,7 +97,9 @@ func placement(first *tar.Header, dst string) (root *os.Root, contents bool, top
 		}
 		into = dst
 	case statErr == nil && fi.IsDir():
-		into, rename = dst, top
+		// Into it, every entry under its own name (an archive streamed
+		// in by the user may have several at the top).
+		into, contents = dst, true
 	case statErr == nil:
 		if first.Typeflag == tar.TypeDir {
 			return nil, false, "", "", fmt.Errorf("cannot copy a directory to %s: it is a file", dst)

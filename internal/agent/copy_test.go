@@ -155,3 +155,27 @@ func FuzzTarIn(f *testing.F) {
 		}
 	})
 }
+
+// TestTarInKeepsAStreamsNames: an archive with several entries at its top
+// (as `hsbx cp - :DIR` may stream) lands in an existing directory under
+// their own names, as `docker cp - ID:DIR` puts them.
+func TestTarInKeepsAStreamsNames(t *testing.T) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, name := range []string{"a", "ab/", "ab/x", "b"} {
+		h := &tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeReg, Size: int64(len(name))}
+		if strings.HasSuffix(name, "/") {
+			h.Typeflag, h.Size, h.Mode = tar.TypeDir, 0, 0o755
+		}
+		must(t, tw.WriteHeader(h))
+		if h.Size > 0 {
+			_, _ = tw.Write([]byte(name))
+		}
+	}
+	must(t, tw.Close())
+	dst := t.TempDir()
+	must(t, TarIn(&b, dst+"/"))
+	if got, want := listing(t, dst), "a=a ab/ ab/x=ab/x b=b"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
