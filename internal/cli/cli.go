@@ -161,6 +161,8 @@ type App struct {
 	sockDir    *privdir.Dir // the exec channel's socket directory, checked and held open
 	sockErr    error        // why there is none
 	sockWarned bool
+
+	getenv func(string) (string, bool) // Env.Environ as a map (Main makes it)
 }
 
 // Getenv reads the process environment given to Main.
@@ -169,7 +171,12 @@ func (a *App) Getenv(key string) string {
 	return v
 }
 
-func (a *App) lookupEnv(key string) (string, bool) { return environ.Lookup(a.Env.Environ, key) }
+func (a *App) lookupEnv(key string) (string, bool) {
+	if a.getenv == nil { // an App made without Main's
+		return environ.Lookup(a.Env.Environ, key)
+	}
+	return a.getenv(key)
+}
 
 func (a *App) cacheDir() string { return hsbx.DefaultCacheDir(a.Env.Environ) }
 func (a *App) stateDir() string { return hsbx.DefaultStateDir(a.Env.Environ) }
@@ -309,7 +316,7 @@ func Main(ctx context.Context, env Env) int {
 	if code >= 0 { // help, version or a usage error, already written
 		return code
 	}
-	app := &App{G: g, Env: env}
+	app := &App{G: g, Env: env, getenv: environ.Getter(env.Environ)}
 	if command == "version" || strings.HasPrefix(command, "completion") { // never fail on a bad configuration
 		app.Cfg = &config.Config{Settings: config.Defaults()}
 	} else {

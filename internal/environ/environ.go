@@ -16,7 +16,17 @@ func Lookup(env []string, key string) (string, bool) {
 	return "", false
 }
 
-// Getter returns Lookup bound to env.
+// Getter returns Lookup bound to env, reading env once into a map: for a
+// caller that looks up many keys (the configuration asks for some fifty).
 func Getter(env []string) func(string) (string, bool) {
-	return func(key string) (string, bool) { return Lookup(env, key) }
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v // the last entry wins, as in Lookup
+		}
+	}
+	return func(key string) (string, bool) {
+		v, ok := m[key]
+		return v, ok
+	}
 }

@@ -13,3 +13,17 @@ func TestLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestGetterIsLookup: the map Getter reads agrees with Lookup, the last
+// entry winning.
+func TestGetterIsLookup(t *testing.T) {
+	env := []string{"A=1", "B=x=y,z", "A=2", "EMPTY=", "NOEQ", "=v"}
+	get := Getter(env)
+	for _, key := range []string{"A", "B", "EMPTY", "NOEQ", "C", ""} {
+		v1, ok1 := Lookup(env, key)
+		v2, ok2 := get(key)
+		if v1 != v2 || ok1 != ok2 {
+			t.Errorf("%q: Getter %q %v, Lookup %q %v", key, v2, ok2, v1, ok1)
+		}
+	}
+}
