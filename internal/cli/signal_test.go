@@ -77,8 +77,10 @@ func TestSignalExitCodes(t *testing.T) {
 // which read their sandbox's state meanwhile) as for the others.
 func TestNothingStartsBeforeTheSignalHandlers(t *testing.T) {
 	dir := t.TempDir()
+	// (run's session keeper runs on this host with the fakes: it ends a
+	// second after the test, not an hour.)
 	environ := append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine"), "HOME="+dir,
-		"HSBX_RUNTIME=docker", "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+dir)
+		"HSBX_RUNTIME=docker", "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+dir, "HSBX_SESSION_IDLE=1s")
 	argvLog := filepath.Join(dir, "engine", "argv.log")
 	for _, args := range [][]string{
 		{"up"},
