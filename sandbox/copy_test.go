@@ -441,9 +441,9 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 			t.Skip("the fakes run the agent on this host: a copy through it would be made here")
 		}
 		ctx := context.Background()
-		manager := func(max int64) *sandbox.Manager {
+		manager := func(bound int64) *sandbox.Manager {
 			return sandbox.New(sandbox.Config{Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
-				Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {}, Channel: true, CopyChannelMax: max})
+				Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {}, Channel: true, CopyChannelMax: bound})
 		}
 		spec := e.spec()
 		fast := manager(1<<20).Sandbox(e.key("fastcp"), spec)

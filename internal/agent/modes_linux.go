@@ -60,15 +60,15 @@ func RunMode(args []string, build string) (code int, ok bool) {
 		}
 		return 0, true
 	case len(args) == 3 && args[0] == "copy-out":
-		max, err := strconv.ParseInt(args[2], 10, 64)
+		bound, err := strconv.ParseInt(args[2], 10, 64)
 		if err != nil {
 			return fail(err), true
 		}
 		if os.Geteuid() != 0 {
 			return useEngine("the agent is not root"), true
 		}
-		if over, err := hostcopy.Over(args[1], max); err != nil || over {
-			return useEngine(fmt.Sprintf("over %d bytes, or unreadable (%v)", max, err)), true
+		if over, err := hostcopy.Over(args[1], bound); err != nil || over {
+			return useEngine(fmt.Sprintf("over %d bytes, or unreadable (%v)", bound, err)), true
 		}
 		if err := hostcopy.Archive(os.Stdout, args[1]); err != nil {
 			return fail(err), true

@@ -88,9 +88,9 @@ func Archive(w io.Writer, src string) error {
 }
 
 // Over reports whether the regular files Archive(src) would carry hold
-// more than max bytes, walking no further than it must to know (their
+// more than bound bytes, walking no further than it must to know (their
 // sizes, never their contents). A path that cannot be read is an error.
-func Over(src string, max int64) (bool, error) {
+func Over(src string, bound int64) (bool, error) {
 	var total int64
 	stop := errors.New("over")
 	err := filepath.WalkDir(filepath.Clean(src), func(_ string, d fs.DirEntry, err error) error {
@@ -104,7 +104,7 @@ func Over(src string, max int64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if total += info.Size(); total > max {
+		if total += info.Size(); total > bound {
 			return stop
 		}
 		return nil
