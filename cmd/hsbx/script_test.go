@@ -85,6 +85,8 @@ func TestScripts(t *testing.T) {
 					return false, errors.New("python3 is required here (HSBX_REQUIRE_ENGINES): install Debian's python3")
 				}
 				return python3() != "", nil
+			case "root": // the agent makes copies only as root (copy_channel_max)
+				return os.Geteuid() == 0, nil
 			case "oldhsbx":
 				return haveOldHsbx()
 			case "cgo":
