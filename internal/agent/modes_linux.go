@@ -19,16 +19,15 @@ import (
 //	kill-marked MARKER kill the processes carrying MARKER, print how many
 //	tar-out SRC        write a tar archive of SRC to stdout (docker cp's shape)
 //	tar-in DST         extract the tar archive on stdin at DST (docker cp's placement)
-//	copy-out SRC MAX   tar-out, for a copy the engine's cp could make too: as
-//	                   root only, and only when SRC holds at most MAX bytes
+//	copy-out SRC BOUND tar-out, for a copy the engine's cp could make too: as
+//	                   root only, and only when SRC holds at most BOUND bytes
 //	copy-in DST        tar-in, likewise as root only, and only when the
 //	                   archive's place is there (else nothing is written)
+//	session-keeper DIR NAME IDLE_MS
+//	                   keep session NAME's shell (started by the agent; see Keep)
 //
 // copy-out and copy-in exit ExitUseEngine, having written nothing, when
 // the copy is the engine's to make.
-//
-//	session-keeper DIR NAME IDLE_MS
-//	                   keep session NAME's shell (started by the agent; see Keep)
 func RunMode(args []string, build string) (code int, ok bool) {
 	fail := func(err error) int {
 		os.Stderr.WriteString("hsbx agent: " + err.Error() + "\n")

@@ -24,11 +24,14 @@ func (c *CpCmd) Help() string {
   hsbx cp :/workspace/out - | tar -t      a tar archive to stdout
 
 The engine's cp does the work and streams it, on a running or a stopped
-sandbox; copying in creates the sandbox when the task has none. Sandbox
-paths are absolute (a relative one is taken from /). An existing directory
-as DST receives SRC inside it; SRC/. copies a directory's contents.
-Memory-backed paths (/tmp, /var/tmp, /run) are refused on docker and on a
-stopped sandbox: the engine cannot reach them (see the README).`
+sandbox; copying in creates the sandbox when the task has none. With the
+sandbox's exec channel up, a copy of at most copy_channel_max (4m) goes
+through hsbx's agent instead, with no engine call and the same result.
+Sandbox paths are absolute (a relative one is taken from /). An existing
+directory as DST receives SRC inside it; SRC/. copies a directory's
+contents. Memory-backed paths (/tmp, /var/tmp, /run) the engine cannot
+reach on docker go through the agent; in a stopped sandbox, or with the
+channel off, they are refused (see the README).`
 }
 
 // Run implements the command.
