@@ -171,10 +171,7 @@ func (s *Sandbox) copying(ctx context.Context, create bool, p string, do func(id
 	}
 	release := s.markInUse()
 	defer release()
-	if err := do(c.ID, viaAgent); err != nil {
-		return fmt.Errorf("copying %s in sandbox %s: %w", p, s.name, err)
-	}
-	return nil
+	return s.copyError(p, do(c.ID, viaAgent))
 }
 
 // fastCopies says whether copies may try the agent of the sandbox's
@@ -201,12 +198,12 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 	if id == "" {
 		return false, nil
 	}
-	errb := &proc.TailBuffer{Max: 4 << 10}
-	c := Command{Argv: append([]string{"/proc/self/exe"}, args...), Stdin: stdin, Stderr: errb}
 	sent := &countingWriter{w: stdout}
+	var out io.Writer
 	if stdout != nil {
-		c.Stdout = sent
+		out = sent
 	}
+	c, errb := agentCommand(args, stdin, out)
 	code, err, ok := s.execChannel(ctx, id, c, map[string]string{})
 	switch {
 	case err == nil && (code == agent.ExitUseEngine || code == 2) && sent.n > 0:
@@ -217,10 +214,23 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 		return false, nil
 	case err != nil:
 		return true, err
-	case code != 0:
-		return true, fmt.Errorf("hsbx's agent could not copy (exit %d): %s", code, strings.TrimSpace(string(errb.Bytes())))
 	}
-	return true, nil
+	return true, agentFailed(code, errb)
+}
+
+// agentCommand runs hsbx's agent binary itself (`/proc/self/exe ARGS...`)
+// through the exec channel, its stderr kept for agentFailed.
+func agentCommand(args []string, stdin io.Reader, stdout io.Writer) (Command, *proc.TailBuffer) {
+	errb := &proc.TailBuffer{Max: 4 << 10}
+	return Command{Argv: append([]string{"/proc/self/exe"}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}, errb
+}
+
+// agentFailed is a copy's error from the agent's exit status (nil for 0).
+func agentFailed(code int, errb *proc.TailBuffer) error {
+	if code == 0 {
+		return nil
+	}
+	return fmt.Errorf("hsbx's agent could not copy (exit %d): %s", code, strings.TrimSpace(string(errb.Bytes())))
 }
 
 type countingWriter struct {
@@ -246,8 +256,7 @@ func (s *Sandbox) copyError(p string, err error) error {
 // cp cannot make; the CLI starts its holder and waits for it when none
 // serves yet.
 func (s *Sandbox) viaAgent(ctx context.Context, id string, args []string, stdin io.Reader, stdout io.Writer) error {
-	errb := &proc.TailBuffer{Max: 4 << 10}
-	c := Command{Argv: append([]string{"/proc/self/exe"}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}
+	c, errb := agentCommand(args, stdin, stdout)
 	code, err, ok := s.execChannel(ctx, id, c, map[string]string{})
 	if !ok && s.awaitHolder(ctx, id) {
 		code, err, ok = s.execChannel(ctx, id, c, map[string]string{})
@@ -257,10 +266,8 @@ func (s *Sandbox) viaAgent(ctx context.Context, id string, args []string, stdin 
 		return fmt.Errorf("%w: hsbx's agent copies there through the exec channel, which is %s", ErrMemoryPath, s.ChannelStatus(id))
 	case err != nil:
 		return err
-	case code != 0:
-		return fmt.Errorf("hsbx's agent could not copy (exit %d): %s", code, strings.TrimSpace(string(errb.Bytes())))
 	}
-	return nil
+	return agentFailed(code, errb)
 }
 
 // copyTarget is the key's container as the engine reports it now.
