@@ -198,12 +198,12 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 			return d, "", nil
 		}
 	}
-	runner := o.Engine.Runner
-	if runner == nil {
-		runner = &proc.Runner{Log: o.Engine.Logger}
-	}
+	// The engine's own defaults: its runner, and the process environment
+	// when the caller gives none (an empty one would reach no engine that
+	// reads its configuration from the environment).
+	eng := o.Engine.WithDefaults()
 	argv := []string{path, "--version"}
-	res, err := runner.Run(ctx, proc.Cmd{Argv: argv, Env: o.Engine.Env, Timeout: 15 * time.Second})
+	res, err := eng.Runner.Run(ctx, proc.Cmd{Argv: argv, Env: eng.Env, Timeout: 15 * time.Second})
 	if err != nil {
 		if errors.Is(err, proc.ErrProcessTimeout) {
 			return "", "", fmt.Errorf("%w: %s --version did not answer", runtime.ErrTimeout, path)
@@ -214,7 +214,7 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 	d, ok := DialectOf(line)
 	if !ok && res.ExitCode != 0 && strings.Contains(string(res.Stderr), "unknown flag: --version") {
 		// kubectl has no --version; its `version --client` says what it is.
-		d, line, ok = identifyKubectl(ctx, runner, o, path)
+		d, line, ok = identifyKubectl(ctx, eng, path)
 		res.ExitCode = 0
 	}
 	if !ok || res.ExitCode != 0 {
@@ -232,8 +232,8 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 // identifyKubectl asks a binary that has no --version whether it is
 // kubectl (`version --client -o json`); the line it returns reads like
 // the other engines' ("kubectl version v1.34.4").
-func identifyKubectl(ctx context.Context, runner *proc.Runner, o Options, path string) (runtime.Dialect, string, bool) {
-	res, err := runner.Run(ctx, proc.Cmd{Argv: []string{path, "version", "--client", "-o", "json"}, Env: o.Engine.Env, Timeout: 15 * time.Second})
+func identifyKubectl(ctx context.Context, eng enginecli.Options, path string) (runtime.Dialect, string, bool) {
+	res, err := eng.Runner.Run(ctx, proc.Cmd{Argv: []string{path, "version", "--client", "-o", "json"}, Env: eng.Env, Timeout: 15 * time.Second})
 	if err != nil || res.ExitCode != 0 {
 		return "", "", false
 	}

@@ -148,6 +148,26 @@ func TestOrder(t *testing.T) {
 	}
 }
 
+// With no environment given, the binary is asked with the process's
+// own, as every later engine call is (enginecli.Options.Env): an engine
+// that needs its environment (here: a variable the script checks) is
+// still recognised.
+func TestVersionIsAskedWithTheProcessEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("HSBX_DETECT_TEST", "set")
+	bin := filepath.Join(dir, "docker")
+	script := "#!/bin/sh\n[ \"$HSBX_DETECT_TEST\" = set ] || { echo 'no environment' >&2; exit 125; }\necho 'Docker version 28.2.2, build e6534b4'\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := opts(dir, nil)
+	o.Engine.Env = nil
+	o.Runtime = bin
+	if f, err := detect.Find(context.Background(), o); err != nil || f.Dialect != runtime.Docker {
+		t.Fatalf("Find with no Env = %+v, %v; want docker (asked with the process environment)", f, err)
+	}
+}
+
 func TestUnsupportedBinary(t *testing.T) {
 	dir := t.TempDir()
 	o := opts(dir, nil)
