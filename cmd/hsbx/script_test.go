@@ -22,19 +22,13 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/hsbx/hsbx/fakebin"
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
-		"hsbx":    func() { os.Exit(run()) },
-		"docker":  fakebin.Docker,
-		"podman":  fakebin.Podman,
-		"kubectl": fakebin.Kubectl,
-	})
+	enginetest.MainWith(m, map[string]func(){"hsbx": func() { os.Exit(run()) }}, nil)
 }
 
 // TestScripts runs testdata/script/*.txtar against the fake engines. PATH
@@ -457,7 +451,7 @@ func buildOldHsbx() (string, error) {
 		return "", fmt.Errorf("no commit sets wire.Proto to %d in the history (%v)", wire.Proto, err)
 	}
 	before := commits[len(commits)-1] + "^"
-	dir, err := os.MkdirTemp("", "hsbx-old-")
+	dir, err := enginetest.TempDir("hsbx-old-")
 	if err != nil {
 		return "", err
 	}
@@ -562,7 +556,7 @@ var (
 // HSBX_REQUIRE_ENGINES=1 (CI must build the way `go install` does).
 func haveCgoHsbx() (bool, error) {
 	cgoOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hsbx-cgo-")
+		dir, err := enginetest.TempDir("hsbx-cgo-")
 		if err != nil {
 			errCgo = err
 			return

@@ -8,6 +8,7 @@ package enginetest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,19 +27,76 @@ import (
 )
 
 // Main is TestMain for a package that uses Targets: it puts the fake
-// docker and podman on PATH as real executables, and keeps copies off
-// the exec channel (HSBX_COPY_CHANNEL_MAX=0).
-// FAKEENGINE_DIR defaults to a directory under the OS temp dir, so
-// examples can use the fakes with nothing but PATH (testscript.Main exits
-// the process, so it is not removed; it holds a small state file).
-func Main(m *testing.M) {
+// docker, podman and kubectl on PATH as real executables, and keeps
+// copies off the exec channel (HSBX_COPY_CHANNEL_MAX=0).
+// FAKEENGINE_DIR defaults to a directory of its own under the OS temp
+// dir, so examples can use the fakes with nothing but PATH. It and every
+// TempDir are removed when the tests end.
+func Main(m *testing.M) { MainWith(m, nil, nil) }
+
+// MainWith is Main with more commands the test binary can run as (name →
+// its main, beside the fakes) and a set-up that runs before the tests —
+// only then, not each time the binary runs as one of the commands.
+func MainWith(m *testing.M, commands map[string]func(), setup func()) {
+	cmds := map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman, "kubectl": fakebin.Kubectl}
+	maps.Copy(cmds, commands)
+	testscript.Main(testRun{m: m, setup: setup}, cmds)
+}
+
+// testRun is the test binary's own run (testscript.Main calls Run only
+// there): set up, run the tests, remove the temp dirs.
+type testRun struct {
+	m     *testing.M
+	setup func()
+}
+
+func (r testRun) Run() int {
+	defer removeTempDirs()
 	if os.Getenv("FAKEENGINE_DIR") == "" {
-		os.Setenv("FAKEENGINE_DIR", filepath.Join(os.TempDir(), fmt.Sprintf("hsbx-fakeengine-%d", os.Getpid())))
+		dir, err := TempDir("hsbx-fakeengine-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.Setenv("FAKEENGINE_DIR", dir)
 	}
 	// The fakes run the exec channel's agent on this host: a copy through
 	// it (copy_channel_max) would be made here, not in a sandbox.
 	os.Setenv("HSBX_COPY_CHANNEL_MAX", "0")
-	testscript.Main(m, map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman, "kubectl": fakebin.Kubectl})
+	if r.setup != nil {
+		r.setup()
+	}
+	return r.m.Run()
+}
+
+// tempDirs are the directories TempDir made, removed when Main's tests
+// end: what outlives one test (a binary built once per process, the
+// fakes' state) and so cannot use t.TempDir.
+var tempDirs struct {
+	sync.Mutex
+	paths []string
+}
+
+// TempDir makes a directory under the OS temp dir that Main removes when
+// the tests end.
+func TempDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	tempDirs.Lock()
+	defer tempDirs.Unlock()
+	tempDirs.paths = append(tempDirs.paths, dir)
+	return dir, nil
+}
+
+func removeTempDirs() {
+	tempDirs.Lock()
+	defer tempDirs.Unlock()
+	for _, dir := range tempDirs.paths {
+		_ = os.RemoveAll(dir)
+	}
+	tempDirs.paths = nil
 }
 
 // Target is one engine to test against.
@@ -203,7 +261,7 @@ var (
 func AgentBinary(t testing.TB) string {
 	t.Helper()
 	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hsbx-agent")
+		dir, err := TempDir("hsbx-agent-")
 		if err != nil {
 			errAgentBuild = err
 			return
