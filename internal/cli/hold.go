@@ -134,33 +134,57 @@ func (c *HoldCmd) Run(ctx context.Context, app *App) error {
 // holder holding its lock, to be removed by a starting holder.
 const pruneAfter = 24 * time.Hour
 
-// pruneHolderFiles removes what ended holders left in dir (logs of
-// failed channels, old marks, lock files): a holder removes its own when
-// it ends cleanly, a killed one cannot.
+// pruneHolderFiles removes what ended holders left in dir: the logs of
+// failed channels and the marks (a holder removes its own only when it
+// ends cleanly), and the lock files of killed ones. A socket's files go
+// together, once the newest of them is pruneAfter old and no holder
+// holds its lock.
 func pruneHolderFiles(dir, self string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	newest := map[string]time.Time{}
 	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".lock")
-		if !ok || name == self {
+		base, ok := holderFileBase(e.Name())
+		if !ok || base == self {
 			continue
 		}
 		fi, err := e.Info()
-		if err != nil || time.Since(fi.ModTime()) < pruneAfter {
+		if err != nil {
 			continue
 		}
-		p := filepath.Join(dir, name)
+		if t, seen := newest[base]; !seen || fi.ModTime().After(t) {
+			newest[base] = fi.ModTime()
+		}
+	}
+	for base, t := range newest {
+		if time.Since(t) < pruneAfter {
+			continue
+		}
+		p := filepath.Join(dir, base)
 		release, ok, err := privdir.TryLock(p + ".lock")
 		if err != nil || !ok {
 			continue // a holder serves it
 		}
-		for _, suffix := range []string{".log", ".unavailable", ".lock"} {
+		for _, suffix := range holderFileSuffixes {
 			_ = os.Remove(p + suffix)
 		}
 		release()
 	}
+}
+
+// holderFileSuffixes name the files a holder keeps beside its socket.
+var holderFileSuffixes = []string{".log", ".unavailable", ".lock"}
+
+// holderFileBase is the socket name a holder's file belongs to.
+func holderFileBase(name string) (string, bool) {
+	for _, suffix := range holderFileSuffixes {
+		if base, ok := strings.CutSuffix(name, suffix); ok && base != "" {
+			return base, true
+		}
+	}
+	return "", false
 }
 
 // holderEnvKeep are the variables a holder keeps from the exec that
