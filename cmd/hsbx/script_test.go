@@ -83,6 +83,8 @@ func TestScripts(t *testing.T) {
 				return os.Geteuid() == 0, nil
 			case "oldhsbx":
 				return haveOldHsbx()
+			case "precopyagent":
+				return havePreCopyAgent()
 			case "cgo":
 				return haveCgoHsbx()
 			case "zsh": // CI installs it (scripts/engines.sh): required there
@@ -95,21 +97,22 @@ func TestScripts(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"engine-calls": engineCalls,
-			"reset-calls":  resetCalls,
-			"linkbin":      linkBin,
-			"exits":        exits,
-			"stdout-uniq":  stdoutUniq,
-			"await":        await,
-			"runproc":      runproc,
-			"client-gone":  clientGone,
-			"execs-done":   execsDone,
-			"channel-up":   channelUp,
-			"kill-holder":  killHolder,
-			"rm-sockets":   rmSockets,
-			"old-hsbx":     oldHsbxCmd,
-			"cgo-hsbx":     cgoHsbxCmd,
-			"readme-block": readmeBlock,
+			"engine-calls":  engineCalls,
+			"reset-calls":   resetCalls,
+			"linkbin":       linkBin,
+			"exits":         exits,
+			"stdout-uniq":   stdoutUniq,
+			"await":         await,
+			"runproc":       runproc,
+			"client-gone":   clientGone,
+			"execs-done":    execsDone,
+			"channel-up":    channelUp,
+			"kill-holder":   killHolder,
+			"rm-sockets":    rmSockets,
+			"old-hsbx":      oldHsbxCmd,
+			"precopy-agent": preCopyAgentCmd,
+			"cgo-hsbx":      cgoHsbxCmd,
+			"readme-block":  readmeBlock,
 		},
 	})
 }
@@ -441,14 +444,21 @@ var (
 )
 
 func buildOldHsbx() (string, error) {
+	return buildBefore(fmt.Sprintf("const Proto = %d", wire.Proto), "internal/wire/wire.go")
+}
+
+// buildBefore builds hsbx statically as it was just before the first
+// commit that added text to path (git log -S), from the repository's
+// history, in a temp dir removed when the tests end.
+func buildBefore(text, path string) (string, error) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		return "", err
 	}
-	out, err := exec.Command("git", "-C", root, "log", "-S", fmt.Sprintf("const Proto = %d", wire.Proto), "--format=%H", "--", "internal/wire/wire.go").Output()
+	out, err := exec.Command("git", "-C", root, "log", "-S", text, "--format=%H", "--", path).Output()
 	commits := strings.Fields(string(out))
 	if err != nil || len(commits) == 0 {
-		return "", fmt.Errorf("no commit sets wire.Proto to %d in the history (%v)", wire.Proto, err)
+		return "", fmt.Errorf("no commit adds %q to %s in the history (%v)", text, path, err)
 	}
 	before := commits[len(commits)-1] + "^"
 	dir, err := enginetest.TempDir("hsbx-old-")
@@ -467,6 +477,34 @@ func buildOldHsbx() (string, error) {
 	}
 	return bin, nil
 }
+
+// precopy-agent: set PRECOPYAGENT to hsbx as it was before its agent had
+// the copy modes (copy-in, copy-out) — the same protocol, an older build
+// — built statically once per test process (guarded by [precopyagent]).
+func preCopyAgentCmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: precopy-agent")
+	}
+	if ok, err := havePreCopyAgent(); !ok {
+		ts.Fatalf("building hsbx from before the agent's copy modes: %v (guard the script with [precopyagent])", err)
+	}
+	ts.Setenv("PRECOPYAGENT", preCopyBin)
+}
+
+// havePreCopyAgent is the [precopyagent] condition, as [oldhsbx] is.
+func havePreCopyAgent() (bool, error) {
+	preCopyOnce.Do(func() { preCopyBin, errPreCopy = buildBefore(`"copy-out"`, "internal/agent") })
+	if errPreCopy != nil && os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+		return false, fmt.Errorf("building hsbx from before the agent's copy modes: %w", errPreCopy)
+	}
+	return errPreCopy == nil, nil
+}
+
+var (
+	preCopyOnce sync.Once
+	preCopyBin  string
+	errPreCopy  error
+)
 
 // kill-holder SIGNAL: send SIGNAL (a number) to every exec channel holder
 // serving a socket under $XDG_RUNTIME_DIR/hsbx, and wait for it to end.
