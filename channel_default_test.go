@@ -3,6 +3,7 @@ package hsbx_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,9 +95,11 @@ func TestGoPackageChannelByDefault(t *testing.T) {
 				t.Fatalf("the sandbox was not recreated: %s", again)
 			}
 			// Restarted right after a command, and the next command sent at
-			// once (no Ensure between): the channel's agent is gone before
-			// the command is sent, so it never ran there; it runs once (the
-			// plain path), not an error, and the channel comes back.
+			// once (no Ensure between): the channel's agent may be gone
+			// before the command is sent, so it never ran there; it runs
+			// once (through a channel opened anew), not an error, with its
+			// whole input (a try through the old channel may have taken
+			// some of it), and the channel is up again after it.
 			if tg.Kube.Namespace == "" {
 				for i := range 5 {
 					if tg.Fake { // the fakes have no restart
@@ -116,14 +119,19 @@ func TestGoPackageChannelByDefault(t *testing.T) {
 					// How many times it ran, counted in the sandbox (the fakes'
 					// plain path has no redirections: there, only that it ran).
 					argv, want := []string{"echo", "1"}, "1"
+					var stdin io.Reader
 					if !tg.Fake {
 						file := fmt.Sprintf("/tmp/hsbx-runs-%s-%d", filepath.Base(dir), i)
-						argv = []string{"sh", "-c", "echo run >>" + file + "; wc -l <" + file}
+						argv = []string{"sh", "-c", "echo run >>" + file + "; wc -l <" + file + "; wc -c"}
+						want, stdin = "1\n300000", strings.NewReader(strings.Repeat("x", 300_000))
 					}
 					var out strings.Builder
-					code, err := sb.Exec(ctx, sandbox.Command{Argv: argv, Stdout: &out})
-					if err != nil || code != 0 || strings.TrimSpace(out.String()) != want {
-						t.Fatalf("restart %d: the first command after it: %d %q %v (want it run once)", i, code, out.String(), err)
+					code, err := sb.Exec(ctx, sandbox.Command{Argv: argv, Stdout: &out, Stdin: stdin})
+					if err != nil || code != 0 || strings.Join(strings.Fields(out.String()), "\n") != want {
+						t.Fatalf("restart %d: the first command after it: %d %q %v (want it run once, with all its input: %q)", i, code, out.String(), err, want)
+					}
+					if st := sb.ChannelStatus(again); st != "up" {
+						t.Fatalf("restart %d: the channel is %q right after the first command, want up", i, st)
 					}
 					up(fmt.Sprintf("after restart %d", i))
 				}

@@ -76,12 +76,32 @@ var endpointVars = []string{"DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "C
 
 // execChannel runs c through the channel to container target. ok false:
 // the command was not sent (no channel here); run it the plain way.
+//
+// In-process, a command whose agent was gone before it was sent (the
+// sandbox restarted behind the program's back, and the channel had not
+// noticed yet) goes once more through a channel opened anew: it never
+// ran, and the plain path would cost an engine call now and leave the
+// channel down until the next command. A holder (the CLI) that served a
+// gone agent has ended; the CLI takes the plain path and starts another.
+// c's stdin goes to each try from its first byte (stdinTap).
 func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env map[string]string) (code int, err error, ok bool) {
-	run, opened, ok := s.channelRunner(ctx, target)
-	if !ok {
+	if c.Stdin != nil && c.tap == nil {
+		c.tap = newStdinTap(c.Stdin)
+	}
+	for try := 0; ; try++ {
+		run, opened, ok := s.channelRunner(ctx, target)
+		if !ok {
+			return 0, nil, false
+		}
+		code, err, ok = s.sendOnChannel(ctx, target, c, env, run, opened)
+		switch {
+		case ok:
+			return code, err, true
+		case errors.Is(err, errAgentGoneBefore) && try == 0 && s.m.c.Holders.Dir == "":
+			continue
+		}
 		return 0, nil, false
 	}
-	return s.sendOnChannel(ctx, target, c, env, run, opened)
 }
 
 // sendOnChannel runs c through run, an open way to the agent.
@@ -102,7 +122,9 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 	req := channel.Request{Start: st,
 		Stdout: watch(c.Stdout, "stdout", false, &alive, cancel),
 		Stderr: watch(c.Stderr, "stderr", false, &alive, cancel)}
-	if c.Stdin != nil {
+	if c.tap != nil {
+		req.Stdin = c.tap.next()
+	} else if c.Stdin != nil {
 		req.Stdin = c.Stdin
 	}
 	// The caller's own files (the CLI's stdout and stderr): a holder
@@ -119,6 +141,9 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 	case errors.Is(err, channel.ErrNotDelivered):
 		s.m.log.Debug("exec channel not available; plain exec", "id", target, "error", err)
 		s.dropChannel(target)
+		if err := inputLost(c); err != nil {
+			return -1, err, true
+		}
 		return 0, nil, false
 	case errors.As(err, &be):
 		s.dropChannel(target)
@@ -127,8 +152,11 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 		}
 		berr := s.channelBroke(ctx, target, token, be, opened, began)
 		if errors.Is(berr, errAgentGoneBefore) {
-			s.m.log.Debug("exec channel: its agent was gone before the command was sent; plain exec", "id", target, "error", berr)
-			return 0, nil, false
+			s.m.log.Debug("exec channel: its agent was gone before the command was sent; sent again", "id", target, "error", berr)
+			if err := inputLost(c); err != nil {
+				return -1, err, true
+			}
+			return 0, berr, false
 		}
 		return -1, berr, true
 	case err != nil:
@@ -192,6 +220,16 @@ func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *ch
 }
 
 type runFunc func(context.Context, channel.Request) (channel.Result, error)
+
+// inputLost is the error for a command that never ran but cannot be sent
+// again: the try took more of its input than hsbx keeps (stdinTap).
+func inputLost(c Command) error {
+	if c.tap == nil || !c.tap.lost() {
+		return nil
+	}
+	return fmt.Errorf("%w: the exec channel failed before the command started, after taking more of the command's input than hsbx keeps to send again (%d bytes); the command was not run",
+		runtime.ErrEngine, tapKeep)
+}
 
 // errAgentGoneBefore: the command went to an agent that was gone before
 // it was sent (see channelBroke); it never ran.

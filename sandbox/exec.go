@@ -39,6 +39,7 @@ type Command struct {
 	Timeout time.Duration
 
 	session *sessionReq // RunScript's: a session's script, not Argv
+	tap     *stdinTap   // Stdin, for one try after another (Exec)
 }
 
 // ExecIDVar marks every process a command starts (the variable is
@@ -127,6 +128,9 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 	if steer != "" && !s.usesChannel(c) {
 		return -1, s.steerError(steer, "the command cannot take it (a terminal, a per-process sandbox, or exec_channel = false)")
 	}
+	if c.Stdin != nil && s.usesChannel(c) {
+		c.tap = newStdinTap(c.Stdin) // a try through the channel may take some
+	}
 	target := s.warmTarget()
 	var known *runtime.Container // inspected, this sandbox, not running
 	lost := ""                   // the verified container the engine says is gone
@@ -173,7 +177,11 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 			continue
 		}
 		began := time.Now()
-		code, err := s.execOnce(ctx, target, c, env)
+		pc := c
+		if c.tap != nil {
+			pc.Stdin = c.tap.plain()
+		}
+		code, err := s.execOnce(ctx, target, pc, env)
 		if err == nil && s.usesChannel(c) {
 			s.afterPlainExec(target)
 		}
