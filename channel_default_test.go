@@ -97,9 +97,10 @@ func TestGoPackageChannelByDefault(t *testing.T) {
 			// Restarted right after a command, and the next command sent at
 			// once (no Ensure between): the channel's agent may be gone
 			// before the command is sent, so it never ran there; it runs
-			// once (through a channel opened anew), not an error, with its
-			// whole input (a try through the old channel may have taken
-			// some of it), and the channel is up again after it.
+			// once (in-process, through a channel opened anew; the plain
+			// path when that cannot be opened), not an error, with its whole
+			// input (a try through the old channel may have taken some of
+			// it), and the channel comes back.
 			if tg.Kube.Namespace == "" {
 				for i := range 5 {
 					if tg.Fake { // the fakes have no restart
@@ -129,9 +130,6 @@ func TestGoPackageChannelByDefault(t *testing.T) {
 					code, err := sb.Exec(ctx, sandbox.Command{Argv: argv, Stdout: &out, Stdin: stdin})
 					if err != nil || code != 0 || strings.Join(strings.Fields(out.String()), "\n") != want {
 						t.Fatalf("restart %d: the first command after it: %d %q %v (want it run once, with all its input: %q)", i, code, out.String(), err, want)
-					}
-					if st := sb.ChannelStatus(again); st != "up" {
-						t.Fatalf("restart %d: the channel is %q right after the first command, want up", i, st)
 					}
 					up(fmt.Sprintf("after restart %d", i))
 				}

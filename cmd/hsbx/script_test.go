@@ -82,9 +82,9 @@ func TestScripts(t *testing.T) {
 			case "root": // the agent makes copies only as root (copy_channel_max)
 				return os.Geteuid() == 0, nil
 			case "oldhsbx":
-				return haveOldHsbx()
+				return oldHsbx.cond()
 			case "precopyagent":
-				return havePreCopyAgent()
+				return preCopyAgent.cond()
 			case "cgo":
 				return haveCgoHsbx()
 			case "zsh": // CI installs it (scripts/engines.sh): required there
@@ -109,8 +109,8 @@ func TestScripts(t *testing.T) {
 			"channel-up":    channelUp,
 			"kill-holder":   killHolder,
 			"rm-sockets":    rmSockets,
-			"old-hsbx":      oldHsbxCmd,
-			"precopy-agent": preCopyAgentCmd,
+			"old-hsbx":      oldHsbx.cmd,
+			"precopy-agent": preCopyAgent.cmd,
 			"cgo-hsbx":      cgoHsbxCmd,
 			"readme-block":  readmeBlock,
 		},
@@ -412,39 +412,48 @@ func greets(socket string, wait time.Duration) bool {
 	return err == nil && f.Type == wire.THello
 }
 
-// old-hsbx: set OLDHSBX to hsbx as it was before the exec channel's
-// protocol became this one — the parent of the commit that set wire.Proto
-// to its value — built statically once per test process: the other side
-// of the version-skew scenarios (guarded by the [oldhsbx] condition).
-func oldHsbxCmd(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 0 {
-		ts.Fatalf("usage: old-hsbx")
-	}
-	if ok, err := haveOldHsbx(); !ok {
-		ts.Fatalf("building the previous protocol's hsbx: %v (guard the script with [oldhsbx])", err)
-	}
-	ts.Setenv("OLDHSBX", oldBin)
-}
-
-// haveOldHsbx is the [oldhsbx] condition: the previous protocol's hsbx
-// builds here. Without the history it is false, or an error under
-// HSBX_REQUIRE_ENGINES=1 (CI must run the version-skew scenarios).
-func haveOldHsbx() (bool, error) {
-	oldOnce.Do(func() { oldBin, errOld = buildOldHsbx() })
-	if errOld != nil && os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
-		return false, fmt.Errorf("building the previous protocol's hsbx: %w", errOld)
-	}
-	return errOld == nil, nil
+// An older hsbx, built from the repository's history once per test
+// process: the other side of the version-skew scenarios. Each is a
+// command that sets a variable to the binary and a condition that says
+// whether it builds here (without the history it is false, or an error
+// under HSBX_REQUIRE_ENGINES=1: CI must run those scenarios).
+type olderBuild struct {
+	env, what  string // the variable the command sets; what it is, for errors
+	text, path string // built from just before the commit that added text to path
+	once       sync.Once
+	bin        string
+	err        error
 }
 
 var (
-	oldOnce sync.Once
-	oldBin  string
-	errOld  error
+	// old-hsbx / [oldhsbx]: before the exec channel's protocol became
+	// this one (the commit that set wire.Proto to its value).
+	oldHsbx = &olderBuild{env: "OLDHSBX", what: "the previous protocol's hsbx",
+		text: fmt.Sprintf("const Proto = %d", wire.Proto), path: "internal/wire/wire.go"}
+	// precopy-agent / [precopyagent]: before the agent had the copy modes
+	// (copy-in, copy-out) — the same protocol, an older build.
+	preCopyAgent = &olderBuild{env: "PRECOPYAGENT", what: "hsbx from before the agent's copy modes",
+		text: `"copy-out"`, path: "internal/agent"}
 )
 
-func buildOldHsbx() (string, error) {
-	return buildBefore(fmt.Sprintf("const Proto = %d", wire.Proto), "internal/wire/wire.go")
+// cond is the build's testscript condition.
+func (o *olderBuild) cond() (bool, error) {
+	o.once.Do(func() { o.bin, o.err = buildBefore(o.text, o.path) })
+	if o.err != nil && os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+		return false, fmt.Errorf("building %s: %w", o.what, o.err)
+	}
+	return o.err == nil, nil
+}
+
+// cmd is the build's testscript command (no arguments): it sets o.env.
+func (o *olderBuild) cmd(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: takes no arguments")
+	}
+	if ok, err := o.cond(); !ok {
+		ts.Fatalf("building %s: %v (guard the script with its condition)", o.what, err)
+	}
+	ts.Setenv(o.env, o.bin)
 }
 
 // buildBefore builds hsbx statically as it was just before the first
@@ -477,34 +486,6 @@ func buildBefore(text, path string) (string, error) {
 	}
 	return bin, nil
 }
-
-// precopy-agent: set PRECOPYAGENT to hsbx as it was before its agent had
-// the copy modes (copy-in, copy-out) — the same protocol, an older build
-// — built statically once per test process (guarded by [precopyagent]).
-func preCopyAgentCmd(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 0 {
-		ts.Fatalf("usage: precopy-agent")
-	}
-	if ok, err := havePreCopyAgent(); !ok {
-		ts.Fatalf("building hsbx from before the agent's copy modes: %v (guard the script with [precopyagent])", err)
-	}
-	ts.Setenv("PRECOPYAGENT", preCopyBin)
-}
-
-// havePreCopyAgent is the [precopyagent] condition, as [oldhsbx] is.
-func havePreCopyAgent() (bool, error) {
-	preCopyOnce.Do(func() { preCopyBin, errPreCopy = buildBefore(`"copy-out"`, "internal/agent") })
-	if errPreCopy != nil && os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
-		return false, fmt.Errorf("building hsbx from before the agent's copy modes: %w", errPreCopy)
-	}
-	return errPreCopy == nil, nil
-}
-
-var (
-	preCopyOnce sync.Once
-	preCopyBin  string
-	errPreCopy  error
-)
 
 // kill-holder SIGNAL: send SIGNAL (a number) to every exec channel holder
 // serving a socket under $XDG_RUNTIME_DIR/hsbx, and wait for it to end.
