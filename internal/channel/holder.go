@@ -72,6 +72,12 @@ type Holder struct {
 	active   atomic.Int64
 	lastUsed atomic.Int64 // unix nanoseconds
 	stop     chan string
+	// closing is set once the holder has decided to end (a shutdown asked
+	// for, idle, the channel down): from then on it takes no command, so
+	// none it accepted is cut by its ending. mu orders it with a command's
+	// start (active).
+	mu      sync.Mutex
+	closing bool
 }
 
 // Serve runs until the holder is idle, the agent's channel goes down, a
@@ -103,7 +109,11 @@ loop:
 		case why = <-h.stop:
 			break loop
 		case <-tick.C:
-			if h.active.Load() == 0 && time.Since(time.Unix(0, h.lastUsed.Load())) >= h.Idle {
+			h.mu.Lock()
+			idle := h.active.Load() == 0 && time.Since(time.Unix(0, h.lastUsed.Load())) >= h.Idle
+			h.closing = h.closing || idle
+			h.mu.Unlock()
+			if idle {
 				why = fmt.Sprintf("idle for %s", h.Idle)
 				break loop
 			}
@@ -116,12 +126,20 @@ loop:
 			}
 		}
 	}
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
 	_ = h.Listener.Close()
 	_ = h.Conn.Close()
 	return why
 }
 
+// shutdown ends the holder: at once for new commands (closing), then
+// through Serve's loop.
 func (h *Holder) shutdown(why string) {
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
 	select {
 	case h.stop <- why:
 	default:
@@ -149,7 +167,9 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 		return
 	}
 	w := wire.NewWriter(nc)
-	down := h.Conn.Err() != nil
+	h.mu.Lock()
+	down := h.Conn.Err() != nil || h.closing
+	h.mu.Unlock()
 	if w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Build: h.Conn.Build(), Down: down, AgentSinceMS: unixMilli(h.Conn.Opened())}) != nil || down {
 		return
 	}
@@ -183,7 +203,16 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 	if wire.Decode(f, &st) != nil {
 		return
 	}
+	h.mu.Lock()
+	if h.closing {
+		// Ending since the hello: the command was not sent anywhere, and
+		// the client runs it another way (not an error, never twice).
+		h.mu.Unlock()
+		_ = w.WriteJSON(wire.TExit, 0, wire.Exit{Code: -1, NotDelivered: true, Error: "the holder is ending"})
+		return
+	}
 	h.active.Add(1)
+	h.mu.Unlock()
 	defer func() {
 		h.lastUsed.Store(time.Now().UnixNano())
 		h.active.Add(-1)

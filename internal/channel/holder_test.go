@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -219,5 +220,33 @@ func TestRunViaInterruptWhileInputWaits(t *testing.T) {
 		}
 	case <-time.After(KillWait + 30*time.Second):
 		t.Fatal("RunVia waited for the command to end by itself after it was interrupted")
+	}
+}
+
+// A holder asked to shut down takes no command from then on, even one
+// whose client connected before its socket closed: that command is not
+// delivered (the client runs it another way), never cut by the holder's
+// ending ("may have run", exit 125). Serve's loop is not running here, so
+// the socket stays open after the request, as it does for a moment.
+func TestHolderEndingTakesNoCommand(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "h.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	h := &Holder{Conn: pair(t), Listener: ln, Idle: time.Minute, stop: make(chan string, 1)}
+	h.Log = slog.New(slog.DiscardHandler)
+	ctx := context.Background()
+	go h.accept(ctx)
+	Shutdown(ctx, sock)
+	if why := <-h.stop; why != "asked to shut down" {
+		t.Fatalf("stop: %q", why)
+	}
+	var out bytes.Buffer
+	_, err = RunVia(ctx, sock, Request{Start: wire.Start{Argv: []string{"echo", "ran"}}, Stdout: &out})
+	if !errors.Is(err, ErrNotDelivered) || out.Len() != 0 {
+		t.Fatalf("a command after the shutdown: %v, output %q (want not delivered, nothing run)", err, out.String())
 	}
 }
