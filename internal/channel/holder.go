@@ -126,20 +126,23 @@ loop:
 			}
 		}
 	}
-	h.mu.Lock()
-	h.closing = true
-	h.mu.Unlock()
+	h.endCommands()
 	_ = h.Listener.Close()
 	_ = h.Conn.Close()
 	return why
 }
 
-// shutdown ends the holder: at once for new commands (closing), then
-// through Serve's loop.
-func (h *Holder) shutdown(why string) {
+// endCommands sets closing: no command is taken from now on.
+func (h *Holder) endCommands() {
 	h.mu.Lock()
 	h.closing = true
 	h.mu.Unlock()
+}
+
+// shutdown ends the holder: at once for new commands (closing), then
+// through Serve's loop.
+func (h *Holder) shutdown(why string) {
+	h.endCommands()
 	select {
 	case h.stop <- why:
 	default:
