@@ -120,8 +120,9 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 	defer end()
 	var alive atomic.Bool
 	req := channel.Request{Start: st,
-		Stdout: watch(c.Stdout, "stdout", false, &alive, cancel),
-		Stderr: watch(c.Stderr, "stderr", false, &alive, cancel)}
+		Stdout:    watch(c.Stdout, "stdout", false, &alive, cancel),
+		Stderr:    watch(c.Stderr, "stderr", false, &alive, cancel),
+		AfterSend: s.m.c.BeforeStart}
 	if c.tap != nil {
 		req.Stdin = c.tap.next()
 	} else if c.Stdin != nil {

@@ -132,6 +132,9 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 		c.tap = newStdinTap(c.Stdin) // a try through the channel may take some
 	}
 	target := s.warmTarget()
+	if target == "" || !s.usesChannel(c) || s.m.c.Holders.Dir == "" {
+		s.m.beforeStart() // a holder's command is sent first (channel.Request.AfterSend)
+	}
 	var known *runtime.Container // inspected, this sandbox, not running
 	lost := ""                   // the verified container the engine says is gone
 	for attempt := 0; ; attempt++ {
@@ -152,6 +155,7 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 			if code, err, ok := s.execChannel(ctx, target, c, env); ok {
 				return code, err
 			}
+			s.m.beforeStart() // the holder did not take it: what follows may start things
 			if steer != "" {
 				if s.awaitHolder(ctx, target) {
 					if code, err, ok := s.execChannel(ctx, target, c, env); ok {

@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
@@ -130,6 +136,45 @@ func TestOutputHelpers(t *testing.T) {
 		}
 		if out, _ := sb.Output(ctx, "ps"); strings.Contains(string(out), "endless") {
 			t.Errorf("yes runs on after the loop stopped:\n%s", out)
+		}
+	})
+}
+
+// Exec calls Config.BeforeStart before anything that starts: on a cold
+// exec before its first engine call, on a warm one whose holder is not
+// there before the plain exec and the holder's start (the CLI waits there
+// for its signal handlers).
+func TestExecCallsBeforeStartFirst(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var events []string
+		note := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+		m := sandbox.New(sandbox.Config{
+			Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
+			Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {},
+			Channel: true, Agent: enginetest.AgentBinary(t),
+			Holders:     channel.Holders{Dir: t.TempDir(), Start: func(channel.HolderSpec) { note("holder started") }},
+			BeforeStart: func() { note(fmt.Sprintf("before start, %d engine calls made", len(e.log.all()))) },
+		})
+		for _, run := range []string{"cold", "warm"} {
+			sb := m.Sandbox(e.key("before-start"), e.spec())
+			e.log.reset()
+			mu.Lock()
+			events = nil
+			mu.Unlock()
+			if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil || code != 0 {
+				t.Fatalf("%s exec: %d, %v", run, code, err)
+			}
+			mu.Lock()
+			got := slices.Clone(events)
+			mu.Unlock()
+			if len(got) == 0 || got[0] != "before start, 0 engine calls made" || len(e.log.all()) == 0 {
+				t.Errorf("%s exec: events %q, %d engine calls; want BeforeStart first, before any engine call", run, got, len(e.log.all()))
+			}
+			if run == "warm" && !slices.Contains(got, "holder started") {
+				t.Errorf("warm exec: events %q; want the holder started after the plain exec", got)
+			}
 		}
 	})
 }

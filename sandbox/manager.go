@@ -110,6 +110,13 @@ type Config struct {
 	// CLI's copy_channel_max, 4m by default). The engine makes every other
 	// copy, and any the agent hands back.
 	CopyChannelMax int64
+	// BeforeStart, when set, is called by Sandbox.Exec before it starts
+	// anything its caller would have to stop and clean up itself: an
+	// engine call, a process. A warm exec through a holder reads its state
+	// and hands the command to the holder first (a holder kills the command
+	// of a client that goes away), then calls it. The CLI waits there for
+	// its signal handlers, which are put in meanwhile.
+	BeforeStart func()
 }
 
 // DefaultStateDir is the hsbx command's state directory in environment
@@ -181,6 +188,13 @@ func (m *Manager) coldStart(ctx context.Context) {
 
 // Runtime is the engine the manager drives.
 func (m *Manager) Runtime() runtime.Runtime { return m.c.Runtime }
+
+// beforeStart calls Config.BeforeStart, when set.
+func (m *Manager) beforeStart() {
+	if m.c.BeforeStart != nil {
+		m.c.BeforeStart()
+	}
+}
 
 func (m *Manager) getenv(k string) (string, bool) { return environ.Lookup(m.c.Environ, k) }
 

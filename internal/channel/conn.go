@@ -54,6 +54,11 @@ type Request struct {
 	// and Stderr. RunVia then passes them to the holder, which writes the
 	// output to them itself: one hop fewer for every byte. Both or none.
 	StdoutFile, StderrFile *os.File
+	// AfterSend, when set, is called by RunVia as soon as it has sent the
+	// command, before it waits for the holder (the CLI waits there for its
+	// signal handlers; a holder kills the command of a client that goes
+	// away, so the command need not wait for them).
+	AfterSend func()
 }
 
 // Result is how a command ended.

@@ -42,9 +42,11 @@ func OpenSocketDir(base string) (*privdir.Dir, error) {
 
 // SocketPath names the holder socket for one sandbox channel: a digest of
 // everything that decides which agent it reaches (engine binary and
-// endpoint, container id, user), so no two channels share a socket.
+// endpoint, container id, user) and of the protocol, so no two channels
+// share a socket and a client never reaches a holder of another protocol
+// (RunVia sends its command before the hello).
 func SocketPath(dir string, parts ...string) string {
-	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	h := sha256.Sum256([]byte(fmt.Sprintf("proto %d\x00", wire.Proto) + strings.Join(parts, "\x00")))
 	return filepath.Join(dir, hex.EncodeToString(h[:])[:24]+".sock")
 }
 
@@ -429,16 +431,37 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 	// Small: a client reads the hello, the exit and, from a holder that
 	// did not take its files, output frames (read past the buffer).
 	r := wire.NewReaderSize(nc, 4<<10)
-	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	f, err := r.Read()
-	if err != nil || f.Type != wire.THello || wire.DecodeHello(f.Payload, &h) != nil || h.Proto != wire.Proto || h.Down {
-		return Result{}, fmt.Errorf("%w: the holder did not greet (%v)", ErrNotDelivered, err)
-	}
-	_ = nc.SetReadDeadline(time.Time{})
+	// The command goes out at once, not after the holder's hello: a round
+	// trip less on every command. The peer check has proved the socket is
+	// this user's, and a holder of another protocol listens under another
+	// name (SocketPath). A holder takes a command only after its hello, so
+	// the hello says what became of it.
 	req.Start.Stdin = req.Stdin != nil
 	if err := sendStart(nc, w, &req); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
 	}
+	if req.AfterSend != nil {
+		// A signal that ends this process before its handlers are in
+		// closes the connection: the holder kills the command.
+		req.AfterSend()
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	f, err := r.Read()
+	switch {
+	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
+		// Closed without a hello (its peer check, or it is gone): it never
+		// read the command.
+		return Result{}, fmt.Errorf("%w: the holder did not greet (%v)", ErrNotDelivered, err)
+	case err != nil:
+		return Result{}, &BrokenError{Err: fmt.Errorf("the holder did not greet within 5s of the command (%w)", err)}
+	case f.Type != wire.THello || wire.DecodeHello(f.Payload, &h) != nil || h.Proto != wire.Proto:
+		return Result{}, &BrokenError{Err: fmt.Errorf("the holder greeted in another protocol (frame %d)", f.Type)}
+	case h.Down:
+		// Its channel is down, or it is ending: it closes without
+		// reading the command.
+		return Result{}, fmt.Errorf("%w: the holder's channel is down", ErrNotDelivered)
+	}
+	_ = nc.SetReadDeadline(time.Time{})
 	if req.Stdin != nil {
 		go func() {
 			// Frames of wire.Chunk (io.Copy would read 32 KiB at a

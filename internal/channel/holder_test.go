@@ -3,6 +3,8 @@ package channel
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -248,5 +250,100 @@ func TestHolderEndingTakesNoCommand(t *testing.T) {
 	_, err = RunVia(ctx, sock, Request{Start: wire.Start{Argv: []string{"echo", "ran"}}, Stdout: &out})
 	if !errors.Is(err, ErrNotDelivered) || out.Len() != 0 {
 		t.Fatalf("a command after the shutdown: %v, output %q (want not delivered, nothing run)", err, out.String())
+	}
+}
+
+// oneConn listens on a socket in a temporary directory and hands its
+// first connection to fn.
+func oneConn(t *testing.T, fn func(nc *net.UnixConn)) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "h.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		nc, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		fn(nc)
+	}()
+	return sock
+}
+
+// RunVia sends the command without waiting for the hello (a round trip
+// less), then calls AfterSend (the CLI waits there for its signal
+// handlers): a holder that reads the Start before it greets has it while
+// AfterSend still waits.
+func TestRunViaSendsBeforeTheHello(t *testing.T) {
+	got := make(chan wire.Start, 1)
+	sock := oneConn(t, func(nc *net.UnixConn) {
+		var st wire.Start
+		if f, err := wire.NewReader(nc).Read(); err == nil && f.Type == wire.TStart && wire.Decode(f, &st) == nil {
+			got <- st
+		}
+		w := wire.NewWriter(nc)
+		_ = w.WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto})
+		_ = w.WriteJSON(wire.TExit, 0, wire.Exit{Code: 7})
+	})
+	waited := false
+	res, err := RunVia(context.Background(), sock, Request{Start: wire.Start{Argv: []string{"x"}}, AfterSend: func() {
+		select {
+		case st := <-got:
+			waited = len(st.Argv) == 1 && st.Argv[0] == "x"
+		case <-time.After(10 * time.Second):
+		}
+	}})
+	if err != nil || res.Code != 7 || !waited {
+		t.Fatalf("RunVia: %d, %v (the holder had the command during AfterSend: %v); want 7, nil, true", res.Code, err, waited)
+	}
+}
+
+// What the hello (or its absence) says of a command sent before it: not
+// delivered only when the holder cannot have read it.
+func TestRunViaHelloVerdicts(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		holder        func(nc *net.UnixConn)
+		notDelivered  bool
+		wantBrokenErr bool
+	}{
+		{"closed without a hello", func(nc *net.UnixConn) {}, true, false},
+		{"down", func(nc *net.UnixConn) {
+			_ = wire.NewWriter(nc).WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto, Down: true})
+		}, true, false},
+		{"another protocol", func(nc *net.UnixConn) {
+			_ = wire.NewWriter(nc).WriteJSON(wire.THello, 0, wire.Hello{Proto: wire.Proto + 1})
+			time.Sleep(time.Second)
+		}, false, true},
+		{"no hello in time", func(nc *net.UnixConn) {
+			_, _ = wire.NewReader(nc).Read() // takes the command, never greets
+			time.Sleep(7 * time.Second)
+		}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock := oneConn(t, tc.holder)
+			_, err := RunVia(context.Background(), sock, Request{Start: wire.Start{Argv: []string{"true"}}})
+			var be *BrokenError
+			if errors.Is(err, ErrNotDelivered) != tc.notDelivered || errors.As(err, &be) != tc.wantBrokenErr {
+				t.Fatalf("RunVia: %v; want not delivered %v, broken (it may have run) %v", err, tc.notDelivered, tc.wantBrokenErr)
+			}
+		})
+	}
+}
+
+// A holder's socket name carries the protocol: a client never reaches a
+// holder of another one, which could read its command before the hello.
+func TestSocketPathCarriesTheProtocol(t *testing.T) {
+	a := SocketPath("/d", "docker", "id", "")
+	h := sha256.Sum256([]byte(strings.Join([]string{"docker", "id", ""}, "\x00")))
+	if old := filepath.Join("/d", hex.EncodeToString(h[:])[:24]+".sock"); a == old {
+		t.Errorf("SocketPath %s is the name without the protocol", a)
+	}
+	if b := SocketPath("/d", "docker", "id", ""); a != b {
+		t.Errorf("SocketPath not stable: %s, %s", a, b)
 	}
 }

@@ -52,3 +52,33 @@ func TestHolderStopsTheCommandOfAClientGoneMidInput(t *testing.T) {
 		}
 	}
 }
+
+// A client that sends its command and dies before it has read anything
+// (a signal before the CLI's handlers are in: RunVia sends first) gets
+// its command stopped too.
+func TestHolderStopsTheCommandOfAClientGoneBeforeTheHello(t *testing.T) {
+	sock := serve(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wire.NewWriter(nc).WriteJSON(wire.TStart, 0, wire.Start{Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; exec sleep 30"}}); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the command did not start")
+		}
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	nc.Close()
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatal("the command lived on after its client went away before reading the hello")
+		}
+	}
+}

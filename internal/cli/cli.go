@@ -133,11 +133,13 @@ type Env struct {
 	// Cwd is the working directory ("" = unknown).
 	Cwd string
 	// Ready, when not nil, is closed once the process's signal handlers
-	// are in place (installing them takes a quarter of a millisecond).
-	// Main reads the command line, the configuration and, for exec and
-	// run, the sandbox's state and cached engine facts meanwhile, and waits
-	// for it before anything a Ctrl-C must be able to stop and clean up:
-	// a command, a container, a holder, any output.
+	// are in place (installing them takes a quarter to half a
+	// millisecond). Main reads the command line, the configuration and,
+	// for exec and run, the sandbox's state and cached engine facts
+	// meanwhile, and waits for it before anything a Ctrl-C must be able to
+	// stop and clean up: a command, a container, a holder, any output. A
+	// warm exec's command handed to its holder goes first: a holder kills
+	// the command of a client that goes away.
 	Ready <-chan struct{}
 }
 
@@ -228,8 +230,17 @@ func (a *App) open(ctx context.Context) (*hsbx.Client, error) {
 
 // sandbox returns the handle for the task setting's sandbox.
 func (a *App) sandbox(ctx context.Context) (*sandbox.Sandbox, error) {
-	c, err := a.open(ctx)
+	sb, err := a.execSandbox(ctx)
 	a.Env.awaitReady() // nothing is started before the signal handlers are in
+	return sb, err
+}
+
+// execSandbox is sandbox for Sandbox.Exec, which waits for the signal
+// handlers itself (sandbox.Config.BeforeStart, set by channelConfig):
+// a warm exec through a holder reads its state and reaches the holder
+// while they are put in.
+func (a *App) execSandbox(ctx context.Context) (*sandbox.Sandbox, error) {
+	c, err := a.open(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -103,7 +103,7 @@ func (c *ExecCmd) envValues(app *App) (map[string]string, error) {
 // runInSandbox runs cmd with the process's stdio, then ends the sandbox
 // handle (removing a per-process sandbox) and maps the outcome to an exit.
 func runInSandbox(ctx context.Context, app *App, cmd sandbox.Command) error {
-	sb, err := app.sandbox(ctx)
+	sb, err := app.execSandbox(ctx)
 	if err != nil {
 		return err
 	}
