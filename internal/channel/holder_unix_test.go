@@ -36,21 +36,7 @@ func TestHolderStopsTheCommandOfAClientGoneMidInput(t *testing.T) {
 	if err := w.Write(wire.TStdin, 0, bytes.Repeat([]byte("x"), 100<<10)); err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the command did not start")
-		}
-		b, _ := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	}
-	nc.Close()
-	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatal("the command lived on after its client went away mid-input")
-		}
-	}
+	closeAndAwaitEnd(t, nc, pidFile, "mid-input")
 }
 
 // A client that sends its command and dies before it has read anything
@@ -66,6 +52,13 @@ func TestHolderStopsTheCommandOfAClientGoneBeforeTheHello(t *testing.T) {
 	if err := wire.NewWriter(nc).WriteJSON(wire.TStart, 0, wire.Start{Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; exec sleep 30"}}); err != nil {
 		t.Fatal(err)
 	}
+	closeAndAwaitEnd(t, nc, pidFile, "before reading the hello")
+}
+
+// closeAndAwaitEnd waits for the command to write its pid to pidFile,
+// closes the client's connection and fails unless the command then ends.
+func closeAndAwaitEnd(t *testing.T, nc net.Conn, pidFile, when string) {
+	t.Helper()
 	var pid int
 	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -78,7 +71,7 @@ func TestHolderStopsTheCommandOfAClientGoneBeforeTheHello(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatal("the command lived on after its client went away before reading the hello")
+			t.Fatal("the command lived on after its client went away " + when)
 		}
 	}
 }
