@@ -42,6 +42,12 @@ func Serve(r io.Reader, w io.Writer, build string) error {
 		// several chunks, so a frame is written without waiting for it.
 		wire.GrowPipe(f)
 	}
+	if f, ok := r.(*os.File); ok {
+		// And input: the engine writes frames of up to a chunk into it
+		// without waiting for this reader (measured with the holder's
+		// side grown too: 200 MB through `exec -i` 8–15 % faster).
+		wire.GrowPipe(f)
+	}
 	a := &agent{w: wire.NewWriter(w), streams: map[uint32]*stream{}, env: os.Environ()}
 	if f, err := os.Open(os.DevNull); err == nil {
 		a.devNull = f // shared by every command without input (opened once)
@@ -51,7 +57,9 @@ func Serve(r io.Reader, w io.Writer, build string) error {
 		return err
 	}
 	loopErr := make(chan error, 1)
-	go func() { loopErr <- a.loop(wire.NewReader(r)) }()
+	// Stdin frames come from a pool and go back to it once written to
+	// the process (feed).
+	go func() { loopErr <- a.loop(wire.NewReader(r).PoolPayloads()) }()
 	err := a.await(loopErr)
 	a.killAll()
 	if errors.Is(err, io.EOF) {
@@ -377,11 +385,14 @@ func (s *stream) feed(w *os.File) {
 		if !ok {
 			return
 		}
-		if _, err := w.Write(p); err != nil {
+		_, err := w.Write(p)
+		size := len(p)
+		wire.Release(p)
+		if err != nil {
 			s.stdin.Close() // the process stopped reading: drop the rest
 			return
 		}
-		if n := credits.Consumed(len(p)); n > 0 {
+		if n := credits.Consumed(size); n > 0 {
 			_ = s.agentCredit(n)
 		}
 	}

@@ -190,7 +190,9 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 	if err != nil {
 		return
 	}
-	r := wire.NewReader(io.MultiReader(bytes.NewReader(first), nc))
+	// Stdin frames come from a pool and go back to it once copied on
+	// (clientFrames).
+	r := wire.NewReader(io.MultiReader(bytes.NewReader(first), nc)).PoolPayloads()
 	f, err := r.Read()
 	if err != nil {
 		return
@@ -275,12 +277,17 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 type clientFrames struct {
 	r      *wire.Reader
 	cancel context.CancelFunc
-	rest   []byte // of the last Stdin frame, not read yet
+	frame  []byte // the last Stdin frame's payload (released once read)
+	rest   []byte // of it, not read yet
 	ended  bool
 }
 
 func (c *clientFrames) Read(p []byte) (int, error) {
 	for len(c.rest) == 0 {
+		if c.frame != nil {
+			wire.Release(c.frame)
+			c.frame = nil
+		}
 		if c.ended {
 			return 0, io.EOF
 		}
@@ -291,7 +298,7 @@ func (c *clientFrames) Read(p []byte) (int, error) {
 			c.cancel()
 			return 0, io.ErrUnexpectedEOF
 		case f.Type == wire.TStdin:
-			c.rest = f.Payload
+			c.frame, c.rest = f.Payload, f.Payload
 		case f.Type == wire.TStdinEOF:
 			c.ended = true
 			go c.watch()

@@ -265,6 +265,10 @@ func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 	}()
 	cl := &closer{in: inW, cancel: cancel, done: done}
 	wire.GrowPipe(outR)
+	// Room for several input frames in the client's stdin, so the holder
+	// writes a chunk without waiting for the client to read it (with the
+	// agent's side grown too, 200 MB through `exec -i` 8–15 % faster).
+	wire.GrowPipe(inW)
 	// The engine says it could not start the agent on stdout (docker's
 	// "OCI runtime exec failed: ..."), where the hello should be: its
 	// first bytes are kept for the error.

@@ -201,6 +201,7 @@ type Reader struct {
 	// partial is when the header of a frame whose payload has not all
 	// arrived was read (unix nanoseconds; 0 between frames).
 	partial atomic.Int64
+	pool    bool // PoolPayloads
 }
 
 // PartialSince is when the frame being read began arriving, while its
@@ -237,12 +238,17 @@ func (r *Reader) Read() (Frame, error) {
 		return Frame{}, fmt.Errorf("%w: %d bytes (limit %d)", ErrTooLarge, n, MaxPayload)
 	}
 	if n > 0 {
-		f.Payload = make([]byte, n)
+		if r.pool && pooled(f.Type, int(n)) {
+			f.Payload = getPayload(int(n))
+		} else {
+			f.Payload = make([]byte, n)
+		}
 		if r.r.Buffered() < int(n) {
 			r.partial.Store(time.Now().UnixNano())
 			defer r.partial.Store(0)
 		}
 		if _, err := io.ReadFull(r.r, f.Payload); err != nil {
+			Release(f.Payload)
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
@@ -423,7 +429,8 @@ func NewQueue(limit int) *Queue {
 // ErrOverrun says a peer sent more data than its window allowed.
 var ErrOverrun = errors.New("peer sent more data than its window allows")
 
-// Push appends a chunk of type t.
+// Push appends a chunk of type t. The queue owns p from then on (PopRun
+// releases what it joins).
 func (q *Queue) Push(t Type, p []byte) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -446,7 +453,8 @@ func (q *Queue) End() {
 
 // PopRun is Pop, joined with the chunks of the same type queued right
 // behind it (up to Chunk bytes in all): one write downstream for what
-// arrived as several frames.
+// arrived as several frames. The chunks joined are released; the caller
+// owns p (and may Release it when done).
 func (q *Queue) PopRun() (t Type, p []byte, ok bool) {
 	t, p, ok = q.Pop()
 	if !ok {
@@ -457,6 +465,7 @@ func (q *Queue) PopRun() (t Type, p []byte, ok bool) {
 	for len(q.chunks) > 0 && q.chunks[0].t == t && len(p)+len(q.chunks[0].p) <= Chunk {
 		p = append(p, q.chunks[0].p...)
 		q.bytes -= len(q.chunks[0].p)
+		Release(q.chunks[0].p)
 		q.chunks[0] = chunk{}
 		q.chunks = q.chunks[1:]
 	}

@@ -23,7 +23,13 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{99, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// Half the inputs through a pooled reader, each payload released
+		// once written back: reuse must not change what is read.
+		pool := len(b)%2 == 1
 		r := NewReader(bytes.NewReader(b))
+		if pool {
+			r.PoolPayloads()
+		}
 		var out bytes.Buffer
 		w := NewWriter(&out)
 		consumed := 0
@@ -44,6 +50,9 @@ func FuzzReader(f *testing.F) {
 			consumed += headerLen + len(fr.Payload)
 			if fr.Type == TCredit {
 				_, _ = ParseCredit(fr.Payload)
+			}
+			if pool {
+				Release(fr.Payload)
 			}
 		}
 		if !bytes.Equal(out.Bytes(), b[:min(consumed, len(b))]) {
@@ -114,6 +123,85 @@ func TestPopRunJoinsSameType(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("got %v, want %v", got, want)
 	}
+}
+
+// Big data frames of a pooled reader reuse released payloads, and that
+// reuse never touches a payload still queued: frames of every size,
+// pushed into a queue as the agent does while a consumer joins, writes
+// and releases them concurrently, come out byte for byte.
+func TestPooledPayloadsSurviveReuse(t *testing.T) {
+	var stream, want bytes.Buffer
+	w := NewWriter(&stream)
+	sizes := []int{1, pooledMin - 1, pooledMin, Chunk, 3000, Chunk - 7, pooledMin + 1, 0}
+	for i := 0; i < 400; i++ {
+		n := sizes[i%len(sizes)]
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte(i*31 + j*7 + j>>9)
+		}
+		if n == 0 {
+			_ = w.Write(TCredit, 1, Credit(5)) // not data: not pooled, not queued
+			continue
+		}
+		_ = w.Write(TStdin, 1, p)
+		want.Write(p)
+	}
+	r := NewReader(bytes.NewReader(stream.Bytes())).PoolPayloads()
+	q := NewQueue(1 << 30)
+	var got bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, p, ok := q.PopRun()
+			if !ok {
+				return
+			}
+			got.Write(p)
+			Release(p)
+		}
+	}()
+	pooledSeen := 0
+	for {
+		f, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Type != TStdin {
+			continue
+		}
+		switch n := len(f.Payload); {
+		case n >= pooledMin && cap(f.Payload) != Chunk:
+			t.Fatalf("a %d-byte data payload is not from the pool (cap %d)", n, cap(f.Payload))
+		case n < pooledMin && cap(f.Payload) != n:
+			t.Fatalf("a %d-byte payload took a pool buffer (cap %d)", n, cap(f.Payload))
+		case n >= pooledMin:
+			pooledSeen++
+		}
+		if err := q.Push(f.Type, f.Payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.End()
+	<-done
+	if pooledSeen == 0 {
+		t.Fatal("no payload came from the pool")
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("%d bytes out of %d in; first difference at %d", got.Len(), want.Len(), firstDiff(got.Bytes(), want.Bytes()))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
 
 // Credit goes back in batches: nothing until CreditBatch bytes were
