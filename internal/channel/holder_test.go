@@ -19,16 +19,24 @@ import (
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
-// serve runs a Holder for an in-process agent on a socket in a private
-// directory and returns the socket.
-func serve(t *testing.T) string {
+// listenSocket listens on a unix socket named name in a fresh temporary
+// directory, closed when the test ends; it returns the socket's path.
+func listenSocket(t *testing.T, name string) (*net.UnixListener, string) {
 	t.Helper()
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "h.sock")
+	sock := filepath.Join(t.TempDir(), name)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ln.Close() })
+	return ln, sock
+}
+
+// serve runs a Holder for an in-process agent on a socket in a private
+// directory and returns the socket.
+func serve(t *testing.T) string {
+	t.Helper()
+	ln, sock := listenSocket(t, "h.sock")
 	h := &Holder{Conn: pair(t), Listener: ln, Idle: time.Minute}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -121,13 +129,7 @@ func TestRunViaPassedFileBrokenPipeStopsTheCommand(t *testing.T) {
 // they were passed) gets none — the kernel closes them — and sends the
 // output in frames, which the client writes to Stdout and Stderr.
 func TestRunViaToAHolderThatTakesNoFiles(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "old.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln, sock := listenSocket(t, "old.sock")
 	gotFDs := make(chan []string, 1)
 	go func() {
 		nc, err := ln.AcceptUnix()
@@ -231,13 +233,7 @@ func TestRunViaInterruptWhileInputWaits(t *testing.T) {
 // ending ("may have run", exit 125). Serve's loop is not running here, so
 // the socket stays open after the request, as it does for a moment.
 func TestHolderEndingTakesNoCommand(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "h.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln, sock := listenSocket(t, "h.sock")
 	h := &Holder{Conn: pair(t), Listener: ln, Idle: time.Minute, stop: make(chan string, 1)}
 	h.Log = slog.New(slog.DiscardHandler)
 	ctx := context.Background()
@@ -247,7 +243,7 @@ func TestHolderEndingTakesNoCommand(t *testing.T) {
 		t.Fatalf("stop: %q", why)
 	}
 	var out bytes.Buffer
-	_, err = RunVia(ctx, sock, Request{Start: wire.Start{Argv: []string{"echo", "ran"}}, Stdout: &out})
+	_, err := RunVia(ctx, sock, Request{Start: wire.Start{Argv: []string{"echo", "ran"}}, Stdout: &out})
 	if !errors.Is(err, ErrNotDelivered) || out.Len() != 0 {
 		t.Fatalf("a command after the shutdown: %v, output %q (want not delivered, nothing run)", err, out.String())
 	}
@@ -257,12 +253,7 @@ func TestHolderEndingTakesNoCommand(t *testing.T) {
 // first connection to fn.
 func oneConn(t *testing.T, fn func(nc *net.UnixConn)) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "h.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
+	ln, sock := listenSocket(t, "h.sock")
 	go func() {
 		nc, err := ln.AcceptUnix()
 		if err != nil {

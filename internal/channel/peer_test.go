@@ -4,7 +4,6 @@ package channel
 
 import (
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -13,12 +12,7 @@ import (
 // ends (crossuser_linux_test.go refuses another user's, where it can
 // switch users).
 func TestCheckPeerAcceptsThisUser(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "p.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln, sock := listenSocket(t, "p.sock")
 	accepted := make(chan error, 1)
 	go func() {
 		c, err := ln.AcceptUnix()
