@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -190,7 +190,7 @@ func (s *Sandbox) copyOutArgs(src string) []string {
 // when the channel is up for its verified container: no engine call,
 // where the engine's cp costs an inspect and a cp. made is false, with
 // nothing written, when the copy is the engine's: no channel is up, or the
-// agent handed it back (agent.ExitUseEngine: not root, over
+// agent handed it back (wire.ExitUseEngine: not root, over
 // CopyChannelMax, a destination the engine must judge; or status 2, an
 // agent of an older hsbx that has no such mode).
 func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) (made bool, err error) {
@@ -206,11 +206,11 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 	c, errb := agentCommand(args, stdin, out)
 	code, err, ok := s.execChannel(ctx, id, c, map[string]string{})
 	switch {
-	case err == nil && (code == agent.ExitUseEngine || code == 2) && sent.n > 0:
+	case err == nil && (code == wire.ExitUseEngine || code == 2) && sent.n > 0:
 		// Only a hostile sandbox sends part of an archive and then hands
 		// the copy back: the engine's would follow it in the stream.
 		return true, fmt.Errorf("hsbx's agent handed the copy back after sending %d bytes of it", sent.n)
-	case !ok, err == nil && (code == agent.ExitUseEngine || code == 2):
+	case !ok, err == nil && (code == wire.ExitUseEngine || code == 2):
 		return false, nil
 	case err != nil:
 		return true, err

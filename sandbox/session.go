@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
@@ -68,7 +67,7 @@ var ErrNoSession = errors.New("no such session")
 var ErrBadSessionName = errors.New("bad session name: use 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'")
 
 // ValidSessionName says whether name can name a session.
-func ValidSessionName(name string) bool { return agent.ValidSessionName(name) }
+func ValidSessionName(name string) bool { return wire.ValidSessionName(name) }
 
 type sessionReq struct {
 	name, text, op string

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/hostcopy"
+	"github.com/hsbx/hsbx/internal/wire"
 )
 
 // RunMode runs the mode of the agent binary that args (os.Args[1:]) name,
@@ -26,7 +27,7 @@ import (
 //	session-keeper DIR NAME IDLE_MS
 //	                   keep session NAME's shell (started by the agent; see Keep)
 //
-// copy-out and copy-in exit ExitUseEngine, having written nothing, when
+// copy-out and copy-in exit wire.ExitUseEngine, having written nothing, when
 // the copy is the engine's to make.
 func RunMode(args []string, build string) (code int, ok bool) {
 	fail := func(err error) int {
@@ -90,5 +91,5 @@ func RunMode(args []string, build string) (code int, ok bool) {
 
 func useEngine(why string) int {
 	os.Stderr.WriteString("hsbx agent: the engine's cp makes this copy: " + why + "\n")
-	return ExitUseEngine
+	return wire.ExitUseEngine
 }

@@ -188,7 +188,7 @@ func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 	if st.Op == wire.SessionOpList {
 		return a.listSessions(s.id)
 	}
-	if !ValidSessionName(st.Session) {
+	if !wire.ValidSessionName(st.Session) {
 		return a.sessionFail(s.id, "", 2, fmt.Errorf("bad session name %q: 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'", st.Session))
 	}
 	base, err := sessionsBase()
@@ -449,7 +449,7 @@ func (a *agent) listSessions(id uint32) wire.Exit {
 	}
 	ents, _ := os.ReadDir(base)
 	for _, e := range ents {
-		if !ValidSessionName(e.Name()) || !e.IsDir() {
+		if !wire.ValidSessionName(e.Name()) || !e.IsDir() {
 			continue
 		}
 		out, ex, err := keeperCall(filepath.Join(base, e.Name()), wire.Start{Op: "info"}, 2*time.Second)

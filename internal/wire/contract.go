@@ -1,4 +1,8 @@
-package agent
+package wire
+
+// What the host and the agent must agree on besides the frames: the names
+// a session may have and the statuses the agent's one-shot modes exit
+// with. Both sides import this package; the host never links the agent.
 
 // ValidSessionName says whether name can name a session: 1 to 64 of
 // [A-Za-z0-9._-], not starting with a dot.
