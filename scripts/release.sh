@@ -1,7 +1,7 @@
 #!/bin/sh
 # make release: the CLI for linux, darwin and windows on amd64 and arm64,
 # static, -trimpath, no build id, the version stamped in; each in an
-# archive with LICENSE, README.md and CHANGELOG.md (.tar.gz; .zip for
+# archive with LICENSE, README.md, SECURITY.md, CHANGELOG.md and docs/ (.tar.gz; .zip for
 # windows), times set to the commit's, and SHA256SUMS. The same commit and
 # Go release give the same bytes (make release-check builds twice).
 #
@@ -31,6 +31,6 @@ for p in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows
     -ldflags "-s -w -buildid= -X github.com/hsbx/hsbx/internal/cli.Version=$version" \
     -o "$work/$name/$exe" ./cmd/hsbx
   "$work/archive" -o "$out/$name.$ext" -dir "$name" -epoch "$epoch" \
-    "$work/$name/$exe" LICENSE README.md CHANGELOG.md
+    "$work/$name/$exe" LICENSE README.md SECURITY.md CHANGELOG.md docs/*.md
 done
 (cd "$out" && sha256sum hsbx-"$version"-* > SHA256SUMS && cat SHA256SUMS)

@@ -60,7 +60,11 @@ func write(out, top string, mtime time.Time, files []string) error {
 		if fi.Mode()&0o111 != 0 {
 			mode = 0o755
 		}
-		es = append(es, entry{name: filepath.Base(f), path: f, mode: mode})
+		name := filepath.Base(f) // an absolute path (the binary) goes at the top
+		if !filepath.IsAbs(f) {
+			name = filepath.ToSlash(filepath.Clean(f)) // docs/cli.md stays docs/cli.md
+		}
+		es = append(es, entry{name: name, path: f, mode: mode})
 	}
 	sort.Slice(es, func(i, j int) bool { return es[i].name < es[j].name })
 	f, err := os.Create(out)
@@ -91,7 +95,15 @@ func writeTarGz(w io.Writer, top string, mtime time.Time, es []entry) error {
 	if err := tw.WriteHeader(dirHdr); err != nil {
 		return err
 	}
+	dirs := map[string]bool{}
 	for _, e := range es {
+		if d := path.Dir(e.name); d != "." && !dirs[d] {
+			dirs[d] = true
+			hdr := &tar.Header{Name: path.Join(top, d) + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: mtime, Uname: "root", Gname: "root", Format: tar.FormatPAX}
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+		}
 		b, err := os.ReadFile(e.path)
 		if err != nil {
 			return err
