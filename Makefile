@@ -15,6 +15,8 @@
 #   make agents    rebuild the exec channel agents hsbx carries (internal/agentbin;
 #                  after changing internal/agent or internal/wire: a test fails
 #                  while they are stale)
+#   make docs      regenerate docs/cli.md from the command model (a test
+#                  fails while it is stale)
 #   make fuzz      every fuzz target for FUZZTIME each
 #   make release   archives of the CLI for linux/darwin/windows x amd64/arm64
 #                  and SHA256SUMS in RELEASE_DIR (reproducible: make release-check
@@ -34,7 +36,7 @@ RELEASE_DIR ?= dist
 ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi; \
 	if [ -f $(KUBE_DIR)/env.sh ]; then . $(KUBE_DIR)/env.sh; fi
 
-.PHONY: build test engines kube lint tools fuzz demo bench clean cross agents release release-check wine
+.PHONY: build test engines kube lint tools fuzz demo bench clean cross agents release release-check wine docs
 
 # Static and stripped: no dynamic loader at start-up (about 3 ms a call here).
 build:
@@ -113,6 +115,10 @@ wine:
 # with the Go release in internal/agentbin/toolchain.txt; commit them.
 agents:
 	internal/agentbin/build.sh $(GO)
+
+# docs/cli.md from the command model (a test fails while it is stale).
+docs:
+	HSBX_UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestCLIReferenceIsFresh$$' ./internal/cli
 
 release:
 	GO=$(GO) scripts/release.sh $(RELEASE_DIR)

@@ -64,6 +64,32 @@ func Example() {
 	// removed 1 <nil>
 }
 
+// Open, then one command in a task's sandbox: the README's Go example,
+// which TestReadmeGoExampleIsRun keeps identical to quickStart's body.
+func ExampleOpen() {
+	if err := quickStart(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	// Output: hello from the sandbox
+}
+
+func quickStart(ctx context.Context) error {
+	// readme-go-example begins
+	client, err := hsbx.Open(ctx, hsbx.Options{}) // the CLI's configuration, engine and state
+	if err != nil {
+		return err
+	}
+	sb := client.Sandbox("example")                              // this task, in the configured profile
+	out, err := sb.Output(ctx, "echo", "hello from the sandbox") // created on first use, then reused
+	if err != nil {
+		return err // *sandbox.ExitError on a non-zero exit
+	}
+	fmt.Printf("%s", out)
+	_, err = sb.Down(ctx) // or leave it running for the next process
+	return err
+	// readme-go-example ends
+}
+
 // LoadConfig resolves every setting as `hsbx config` shows it: flag (none
 // here) > environment > file > default, each with its source.
 func ExampleLoadConfig() {

@@ -290,9 +290,9 @@ func (e *Error) Hint() string {
 	case strings.HasPrefix(e.Source, "flag "):
 		return fmt.Sprintf("fix the value of %s (`hsbx --help` lists the flags)", strings.TrimPrefix(e.Source, "flag "))
 	case strings.HasPrefix(e.Source, "file "), strings.HasPrefix(e.Source, "config file "):
-		return "fix the configuration file there (the README's Configuration section lists every key), or point --config / HSBX_CONFIG elsewhere"
+		return "fix the configuration file there (docs/configuration.md lists every key), or point --config / HSBX_CONFIG elsewhere"
 	}
-	return "see `hsbx config` and the README's Configuration section"
+	return "see `hsbx config` and docs/configuration.md"
 }
 
 // DefaultPath is $XDG_CONFIG_HOME/hsbx/config.toml (or ~/.config/...).

@@ -91,11 +91,11 @@ func (e *env) airgap(args ...string) []string {
 	return append(args, "--network", "none")
 }
 
-// skipOnKube skips a behaviour that the README says does not apply to
+// skipOnKube skips a behaviour that docs/kubernetes.md says does not apply to
 // the kubectl runtime.
 func (e *env) skipOnKube(why string) {
 	if e.kube() {
-		e.t.Skip("not on Kubernetes (README, Kubernetes): " + why)
+		e.t.Skip("not on Kubernetes (docs/kubernetes.md): " + why)
 	}
 }
 

@@ -112,7 +112,7 @@ func TestScripts(t *testing.T) {
 			"old-hsbx":      oldHsbx.cmd,
 			"precopy-agent": preCopyAgent.cmd,
 			"cgo-hsbx":      cgoHsbxCmd,
-			"readme-block":  readmeBlock,
+			"doc-block":     docBlock,
 		},
 	})
 }
@@ -616,26 +616,28 @@ func python3() string {
 	return p
 }
 
-// readme-block MARKER FILE: write the README's fenced code block that
-// follows the line "<!-- MARKER -->" to FILE, so that an example in the
-// README is tested as it stands.
-func readmeBlock(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 2 {
-		ts.Fatalf("usage: readme-block MARKER FILE")
+// doc-block DOC MARKER FILE: write the fenced code block that follows the
+// line "<!-- MARKER -->" in DOC (a path from the repository's root, such as
+// README.md or docs/json.md) to FILE, so that an example in the docs is
+// tested as it stands.
+func docBlock(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: doc-block DOC MARKER FILE")
 	}
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	doc, marker := args[0], args[1]
+	b, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(doc)))
 	ts.Check(err)
-	_, after, ok := strings.Cut(string(b), "<!-- "+args[0]+" -->\n")
+	_, after, ok := strings.Cut(string(b), "<!-- "+marker+" -->\n")
 	if !ok {
-		ts.Fatalf("README.md has no <!-- %s --> marker", args[0])
+		ts.Fatalf("%s has no <!-- %s --> marker", doc, marker)
 	}
 	fence, rest, _ := strings.Cut(after, "\n")
 	if !strings.HasPrefix(fence, "```") {
-		ts.Fatalf("README.md: no code block after <!-- %s -->", args[0])
+		ts.Fatalf("%s: no code block after <!-- %s -->", doc, marker)
 	}
 	code, _, ok := strings.Cut(rest, "\n```\n")
 	if !ok {
-		ts.Fatalf("README.md: the code block after <!-- %s --> does not end", args[0])
+		ts.Fatalf("%s: the code block after <!-- %s --> does not end", doc, marker)
 	}
-	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(code+"\n"), 0o644))
+	ts.Check(os.WriteFile(ts.MkAbs(args[2]), []byte(code+"\n"), 0o644))
 }

@@ -257,7 +257,7 @@ type execGrammar struct {
 func newParser(g any, env Env, exitCode *int) (*kong.Kong, error) {
 	return kong.New(g,
 		kong.Name("hsbx"),
-		kong.Description("Persistent, hardened sandbox containers over the docker or podman CLI.\n\nExit codes: 0 ok; 2 usage or configuration error; 124 exec timed out; 125 engine problem; otherwise the command's own status (exec)."),
+		kong.Description("Persistent, hardened sandbox containers over the docker, podman or kubectl CLI.\n\nExit codes: 0 ok; 2 usage or configuration error; 124 exec timed out; 125 engine problem; otherwise the command's own status (exec)."),
 		kong.Writers(env.Stdout, env.Stderr),
 		kong.Exit(func(code int) { *exitCode = code }),
 		kong.Vars{"version": "hsbx " + version()},

@@ -31,7 +31,7 @@ Sandbox paths are absolute (a relative one is taken from /). An existing
 directory as DST receives SRC inside it; SRC/. copies a directory's
 contents. Memory-backed paths (/tmp, /var/tmp, /run) the engine cannot
 reach on docker go through the agent; in a stopped sandbox, or with the
-channel off, they are refused (see the README).`
+channel off, they are refused (see docs/copying.md).`
 }
 
 // Run implements the command.

@@ -21,7 +21,7 @@ import (
 // The machine interface: with --json, `exec` and `run` print one Result
 // object on stdout, every message on stderr is one JSON object per line
 // (warnings, notices, hsbx's log) and an error is an ErrorReport there.
-// The README's "Machine interface" section documents these shapes; they
+// docs/json.md documents these shapes; they
 // only grow (new fields), never change meaning.
 
 // DefaultMaxOutput is how much of each stream a --json result keeps.
@@ -219,7 +219,7 @@ func wantsJSON(args []string) bool {
 }
 
 // errorKind is err's kind under --json: a stable word a program can
-// switch on. The README lists them.
+// switch on. docs/json.md lists them.
 func errorKind(ctx context.Context, err error) string {
 	kind, _ := classify(ctx, err)
 	return kind

@@ -21,7 +21,7 @@ type target = enginetest.Target
 
 // targets are the engines' targets and the kubectl runtime's: the fake
 // kubectl always, the cluster when configured. Where a Pod differs by
-// design (README, Kubernetes: stop deletes it; ids are UID/NAME; a Pod has
+// design (docs/kubernetes.md: stop deletes it; ids are UID/NAME; a Pod has
 // no --network flag) the test says so with kube.
 func targets(t *testing.T) []target {
 	ts := append(enginetest.Targets(t), enginetest.FakeKube(t))
