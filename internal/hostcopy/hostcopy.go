@@ -122,9 +122,9 @@ type extractor struct {
 	root, strip, rename, top string
 	files                    int
 	bytes                    int64
-	written                  map[string]bool // regular files this copy wrote (archive names, mapped)
-	dirs                     []dirTime       // directories made, their times set at the end
-	links                    []string        // symbolic links made (host paths), checked at the end
+	written                  map[string]fs.FileInfo // regular files this copy wrote (archive names, mapped), as written
+	dirs                     []dirTime              // directories made, their times set at the end
+	links                    []string               // symbolic links made (host paths), checked at the end
 	refused                  []string
 }
 
@@ -171,7 +171,7 @@ func (x *extractor) inside(p string) bool {
 }
 
 func (x *extractor) extract(r io.Reader) error {
-	x.written = map[string]bool{}
+	x.written = map[string]fs.FileInfo{}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -213,8 +213,11 @@ func (x *extractor) extract(r io.Reader) error {
 			if err := x.file(p, h, tr); err != nil {
 				return err
 			}
-			x.written[name] = true
+			if st, err := os.Lstat(p); err == nil {
+				x.written[name] = st
+			}
 		case tar.TypeSymlink:
+			delete(x.written, name) // a later hard link to this name would be to the link
 			target := path.Join(path.Dir(name), h.Linkname)
 			if path.IsAbs(h.Linkname) || !x.inside(path.Clean(target)) {
 				x.refused = append(x.refused, name+" -> "+h.Linkname)
@@ -229,8 +232,8 @@ func (x *extractor) extract(r io.Reader) error {
 			x.links = append(x.links, p)
 		case tar.TypeLink:
 			to, err := x.name(h.Linkname)
-			if err != nil || to == "" || !x.written[to] {
-				x.refused = append(x.refused, name+" => "+h.Linkname+" (hard link to a file this copy did not write)")
+			if err != nil || to == "" || !x.holds(to) {
+				x.refused = append(x.refused, name+" => "+h.Linkname+" (hard link to what is not a regular file this copy wrote)")
 				continue
 			}
 			if err := removeNonDir(p); err != nil {
@@ -239,11 +242,27 @@ func (x *extractor) extract(r io.Reader) error {
 			if err := os.Link(filepath.Join(x.root, filepath.FromSlash(to)), p); err != nil {
 				return err
 			}
+			if st, err := os.Lstat(p); err == nil {
+				x.written[name] = st
+			}
 			x.files++
 		default:
 			x.refused = append(x.refused, fmt.Sprintf("%s (%s)", name, kind(h.Typeflag)))
 		}
 	}
+}
+
+// holds says whether the archive name to is still the regular file this
+// copy wrote there: not replaced since by a link, a directory or anything
+// else (a hard link to a symlink would make the symlink's target, read
+// from the hard link's directory, reachable from inside the copy).
+func (x *extractor) holds(to string) bool {
+	was, ok := x.written[to]
+	if !ok {
+		return false
+	}
+	st, err := os.Lstat(filepath.Join(x.root, filepath.FromSlash(to)))
+	return err == nil && st.Mode().IsRegular() && os.SameFile(st, was)
 }
 
 func kind(t byte) string {

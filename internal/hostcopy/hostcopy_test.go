@@ -230,3 +230,51 @@ func TestExtractKeepsTimes(t *testing.T) {
 		}
 	}
 }
+
+// The third review's archive (a replaced agent's copy-out): a regular
+// file, the same name again as a symlink that resolves inside the copy
+// from its depth, then a hard link at the top to that name. The hard link
+// was made to the symlink itself, which from the top resolved to a host
+// file outside the destination. A hard link is made only to a regular
+// file this copy wrote and still holds; whatever else the archive says,
+// the host file stays untouched and the refused entry is named.
+func TestHardLinkNeverToALink(t *testing.T) {
+	base := t.TempDir()
+	outside := filepath.Join(base, "outside")
+	if err := os.WriteFile(outside, []byte("host file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(base, "dest", "in")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, entries := range map[string][]*tar.Header{
+		"regular then symlink": {
+			{Name: "src/a/b/c/f", Typeflag: tar.TypeReg, Mode: 0o644},
+			{Name: "src/a/b/c/f", Typeflag: tar.TypeSymlink, Linkname: "../../../outside"},
+			{Name: "src/h", Typeflag: tar.TypeLink, Linkname: "src/a/b/c/f"},
+		},
+		"a symlink inside": {
+			{Name: "src/a/f", Typeflag: tar.TypeReg, Mode: 0o644},
+			{Name: "src/a/g", Typeflag: tar.TypeSymlink, Linkname: "f"},
+			{Name: "src/h", Typeflag: tar.TypeLink, Linkname: "src/a/g"},
+		},
+	} {
+		dst := filepath.Join(root, strings.ReplaceAll(name, " ", "-"))
+		err := Extract(tarOf(t, entries...), filepath.Dir(dst), "src", filepath.Base(dst), Options{})
+		var lr *LinksRefusedError
+		if !errors.As(err, &lr) || !strings.Contains(err.Error(), "h =>") {
+			t.Errorf("%s: %v, want the hard link h refused and named", name, err)
+		}
+		if st, lerr := os.Lstat(filepath.Join(dst, "h")); lerr == nil && !st.Mode().IsRegular() {
+			t.Errorf("%s: h is a %v, a link to a link", name, st.Mode().Type())
+		}
+		if f, oerr := os.OpenFile(filepath.Join(dst, "h"), os.O_WRONLY|os.O_APPEND, 0); oerr == nil {
+			_, _ = f.WriteString("x\n")
+			_ = f.Close()
+		}
+		if b, _ := os.ReadFile(outside); string(b) != "host file\n" {
+			t.Fatalf("%s: the host file outside the destination changed: %q", name, b)
+		}
+	}
+}
