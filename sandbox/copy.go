@@ -43,7 +43,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 	if _, err := os.Lstat(src); err != nil {
 		return fmt.Errorf("copying %s into sandbox %s: %w", src, s.name, err)
 	}
-	dst = sandboxPath(dst)
+	dst = s.sandboxPath(dst)
 	if s.fastCopies() {
 		if over, err := hostcopy.Over(src, s.m.c.CopyChannelMax); err == nil && !over {
 			pr, pw := io.Pipe()
@@ -73,7 +73,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 // as a *LinksRefusedError, after the rest is copied), holes kept, at most
 // Config.CopyMaxBytes of data.
 func (s *Sandbox) CopyOut(ctx context.Context, src, dst string) error {
-	src = sandboxPath(src)
+	src = s.sandboxPath(src)
 	o := hostcopy.Options{MaxBytes: s.m.c.CopyMaxBytes}
 	if s.fastCopies() {
 		var made bool
@@ -105,7 +105,7 @@ var ErrCopyTooLarge = hostcopy.ErrTooLarge
 // CopyInArchive extracts the tar archive read from r into directory dir of
 // the sandbox (created first when there is none), as it streams.
 func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) error {
-	dir = sandboxPath(dir)
+	dir = s.sandboxPath(dir)
 	if s.fastCopies() {
 		// A stream of unknown size: up to the bound is read first; a
 		// whole archive that small goes through the agent, a larger one
@@ -132,7 +132,7 @@ func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) er
 // CopyOutArchive writes a tar archive of src in the sandbox to w as it
 // streams (the engine's `cp ID:SRC -`: one entry named after src's base).
 func (s *Sandbox) CopyOutArchive(ctx context.Context, src string, w io.Writer) error {
-	src = sandboxPath(src)
+	src = s.sandboxPath(src)
 	if s.fastCopies() {
 		if made, err := s.fastCopy(ctx, s.copyOutArgs(src), nil, w); made {
 			return s.copyError(src, err)
@@ -302,13 +302,28 @@ func (s *Sandbox) copyTarget(ctx context.Context, create bool) (runtime.Containe
 	return runtime.Container{ID: res.ID, Name: res.Name, State: res.State}, nil
 }
 
-// sandboxPath makes a sandbox path absolute, from / as the engines do,
-// keeping what cp reads from its spelling (a trailing "/" or "/.").
-func sandboxPath(p string) string {
-	if !strings.HasPrefix(p, "/") {
-		return "/" + p
+// sandboxPath makes a sandbox path absolute: a relative one is taken from
+// the sandbox's working directory, where exec runs commands (the engines'
+// cp would take it from /), keeping what cp reads from its spelling (a
+// trailing "/" or "/.").
+func (s *Sandbox) sandboxPath(p string) string {
+	if strings.HasPrefix(p, "/") {
+		return p
 	}
-	return p
+	cwd := strings.TrimSuffix(s.workDir(), "/")
+	if p == "" {
+		return cwd + "/"
+	}
+	return cwd + "/" + p
+}
+
+// workDir is the sandbox's working directory: where exec runs a command
+// and what a relative sandbox path starts from.
+func (s *Sandbox) workDir() string {
+	if path.IsAbs(s.spec.Cwd) {
+		return s.spec.Cwd
+	}
+	return "/"
 }
 
 // memoryMount reports the tmpfs mount p is under, if any: the hardening

@@ -649,3 +649,46 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 		}
 	})
 }
+
+// A relative sandbox path means one thing everywhere: it is taken from the
+// sandbox's working directory (Spec.Cwd), where a command runs — for
+// exec's WorkDir (the OCI runtime refused a relative one: "Cwd must be an
+// absolute path", 126) and for both directions of a copy (the engines'
+// cp took it from /).
+func TestRelativePathsFromTheWorkingDirectory(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if e.tg.Fake {
+			t.Skip("the fake's exec runs on the host; testscript paths_relative checks the argv on the fakes")
+		}
+		ctx := context.Background()
+		spec := e.spec()
+		spec.Cwd = "/var" // the image layer: writable for a rootless engine's root too
+		sb := e.manager().Sandbox(e.key("relative"), spec)
+		t.Cleanup(func() { sb.Down(ctx) })
+		if out, err := sb.Output(ctx, "sh", "-c", "mkdir -p sub && pwd"); err != nil || string(out) != "/var\n" {
+			t.Fatalf("pwd: %q %v", out, err)
+		}
+		var pwd bytes.Buffer
+		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"pwd"}, WorkDir: "sub", Stdout: &pwd})
+		if err != nil || code != 0 || pwd.String() != "/var/sub\n" {
+			t.Errorf("pwd with WorkDir sub: %q %d %v, want /var/sub", pwd.String(), code, err)
+		}
+		in := e.hostDir("relative-in")
+		if err := os.WriteFile(filepath.Join(in, "f.txt"), []byte("relative\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.CopyIn(ctx, filepath.Join(in, "f.txt"), "sub/f.txt"); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := sb.Output(ctx, "cat", "/var/sub/f.txt"); err != nil || string(out) != "relative\n" {
+			t.Errorf("copied in to sub/f.txt: /var/sub/f.txt holds %q %v", out, err)
+		}
+		back := filepath.Join(e.hostDir("relative-out"), "back.txt")
+		if err := sb.CopyOut(ctx, "sub/f.txt", back); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(back); err != nil || string(b) != "relative\n" {
+			t.Errorf("copied out of sub/f.txt: %q %v", b, err)
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +20,9 @@ import (
 
 // Command is one command to run in a sandbox.
 type Command struct {
-	Argv    []string
+	Argv []string
+	// WorkDir is where the command runs: "" is the sandbox's working
+	// directory (Spec.Cwd), and a relative one is taken from there.
 	WorkDir string
 	// Env: literal values; the names go on argv, the values through the
 	// engine client's environment. Names that steer the engine client
@@ -114,6 +117,9 @@ func (e *StoppedDuringExecError) Unwrap() error { return runtime.ErrNotRunning }
 // sandbox that stopped after the exec began may have run the command:
 // that is a *StoppedDuringExecError, never a second run.
 func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
+	if c.WorkDir != "" && !strings.HasPrefix(c.WorkDir, "/") {
+		c.WorkDir = path.Join(s.workDir(), c.WorkDir) // as cp takes a relative path
+	}
 	env, steer, err := s.m.execEnv(c.Env)
 	if err != nil {
 		return -1, err

@@ -27,9 +27,9 @@ The engine's cp does the work and streams it, on a running or a stopped
 sandbox; copying in creates the sandbox when the task has none. With the
 sandbox's exec channel up, a copy of at most copy_channel_max (4m) goes
 through hsbx's agent instead, with no engine call and the same result.
-Sandbox paths are absolute (a relative one is taken from /). An existing
-directory as DST receives SRC inside it; SRC/. copies a directory's
-contents. Memory-backed paths (/tmp, /var/tmp, /run) the engine cannot
+A relative sandbox path is taken from the sandbox's working directory
+(the cwd setting, where exec runs commands). An existing directory as DST
+receives SRC inside it; SRC/. copies a directory's contents. Memory-backed paths (/tmp, /var/tmp, /run) the engine cannot
 reach on docker go through the agent; in a stopped sandbox, or with the
 channel off, they are refused (see docs/copying.md).`
 }

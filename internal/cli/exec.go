@@ -16,7 +16,7 @@ import (
 // ExecCmd runs a command in a sandbox.
 type ExecCmd struct {
 	taskFlag
-	Workdir     string   `short:"w" help:"Working directory in the sandbox." placeholder:"DIR"`
+	Workdir     string   `short:"w" help:"Working directory in the sandbox; relative to the sandbox's working directory (the cwd setting)." placeholder:"DIR"`
 	Env         []string `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (PATH, HOME, DOCKER_*, LD_*, ...) go only through the exec channel (refused where it cannot run)." placeholder:"K[=V]"`
 	Timeout     string   `help:"Kill the command (in the sandbox) after this long and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
 	Interactive bool     `short:"i" help:"Keep stdin open."`
@@ -151,7 +151,7 @@ func killedNote(ie *sandbox.InterruptedError) string {
 // ShellCmd opens an interactive login shell.
 type ShellCmd struct {
 	taskFlag
-	Workdir string `short:"w" help:"Working directory in the sandbox." placeholder:"DIR"`
+	Workdir string `short:"w" help:"Working directory in the sandbox; relative to the sandbox's working directory (the cwd setting)." placeholder:"DIR"`
 }
 
 // Run implements the command: bash if the image has it, else sh; a TTY
