@@ -206,6 +206,12 @@ type Runtime interface {
 	Dialect() Dialect
 	// Binary is the path of the engine CLI.
 	Binary() string
+	// Endpoint names the engine this runtime reaches, for what a host
+	// keeps per engine (the container it verified for a sandbox key): the
+	// dialect, the binary and what in the client's environment and
+	// configuration selects a daemon or cluster. Runtimes with one
+	// endpoint reach one engine.
+	Endpoint() string
 	// CallTimeout bounds every engine call except exec and run (run gets
 	// four times as long: it may pull an image).
 	CallTimeout() time.Duration

@@ -311,7 +311,7 @@ func (s *Sandbox) taskArg() string {
 // hears it once, not on every command.
 func (s *Sandbox) sayDriftOnce(c runtime.Container, kind, msg string) bool {
 	sum := sha256.Sum256([]byte(s.configLabel() + "\x00" + s.spec.Image))
-	if s.stateDir() != "" && warnedOnce(s.stateDir(), s.key.Hash(), "drift-"+kind+"-"+c.ID[:min(12, len(c.ID))]+"-"+hex.EncodeToString(sum[:4])) {
+	if s.stateDir() != "" && warnedOnce(s.engineDir(), "drift-"+kind+"-"+c.ID[:min(12, len(c.ID))]+"-"+hex.EncodeToString(sum[:4])) {
 		return false
 	}
 	s.m.c.Warn(msg)
@@ -393,7 +393,7 @@ func (s *Sandbox) replace(ctx context.Context, c runtime.Container) error {
 	if s.id == c.ID {
 		s.id = ""
 	}
-	removeMarker(s.stateDir(), s.key.Hash())
+	removeMarker(s.engineDir())
 	return s.removeAll(ctx, []runtime.Container{c})
 }
 

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
 )
@@ -145,4 +147,66 @@ func (w *signalWriter) Write(p []byte) (int, error) {
 		close(w.once)
 	}
 	return len(p), nil
+}
+
+// One key on two engines with one state directory (docker, then podman,
+// then docker again: what a user switching --runtime does) is two
+// sandboxes, and what this host remembers of one is never read as the
+// other's. Before, each engine's command read the other's record: a
+// "was removed" warning about a sandbox that was fine, and drift.
+func TestStateIsPerEngine(t *testing.T) {
+	var targets []enginetest.Target
+	for _, tg := range enginetest.Targets(t) {
+		if !tg.Rootless && (tg.Fake || tg.Name == "docker" || tg.Name == "podman") {
+			targets = append(targets, tg)
+		}
+	}
+	realEngines := 0
+	for _, tg := range targets {
+		if !tg.Fake {
+			realEngines++
+		}
+	}
+	if realEngines < 2 {
+		targets = targets[:2] // the fakes: fake-docker and fake-podman, each its own engine
+	} else {
+		targets = targets[2:]
+	}
+	ctx := context.Background()
+	stateDir := t.TempDir()
+	var mu sync.Mutex
+	var warnings []string
+	key := sandbox.Key{Profile: "hsbx-test", Task: fmt.Sprintf("t%d-per-engine", time.Now().UnixNano()%1e9)}
+	var sbs []*sandbox.Sandbox
+	for _, tg := range targets {
+		rt := tg.OpenWith(t, nil)
+		m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir, CacheDir: t.TempDir(), Environ: tg.Env,
+			StopGrace: 5 * time.Second, Warn: func(s string) { mu.Lock(); warnings = append(warnings, tg.Name+": "+s); mu.Unlock() }})
+		spec := sandbox.DefaultSpec()
+		spec.Image = tg.Image
+		sb := m.Sandbox(key, spec)
+		t.Cleanup(func() { sb.Down(ctx) })
+		sbs = append(sbs, sb)
+	}
+	first, err := sbs[0].Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range []*sandbox.Sandbox{sbs[1], sbs[0], sbs[1], sbs[0]} {
+		if _, err := sb.Output(ctx, "true"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := sbs[0].Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ID != first.ID || again.Action != sandbox.Reused {
+		t.Errorf("%s's sandbox: %s %s, then %s %s", targets[0].Name, first.Action, first.ID, again.Action, again.ID)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warnings) > 0 {
+		t.Errorf("warnings about sandboxes that were fine:\n%s", strings.Join(warnings, "\n"))
+	}
 }

@@ -126,20 +126,20 @@ func TestNormalImage(t *testing.T) {
 func TestMarkerKeepsConfig(t *testing.T) {
 	dir := t.TempDir()
 	m := marker{ID: strings.Repeat("a", 64), Network: "any", Config: DefaultSpec().labelValue(1, 2), Image: "debian:12"}
-	writeMarker(dir, "k", m)
-	got, ok := readMarker(dir, "k")
+	writeMarker(dir, m)
+	got, ok := readMarker(dir)
 	if !ok || got != m {
 		t.Fatalf("read %+v %v, wrote %+v", got, ok, m)
 	}
 	// an older hsbx's marker is not used (verified anew, recording the config)
-	os.WriteFile(markerPath(dir, "k"), []byte("hsbx-marker-2\n"+m.ID+"\nany\n"), 0o644)
-	if _, ok := readMarker(dir, "k"); ok {
+	os.WriteFile(markerPath(dir), []byte("hsbx-marker-2\n"+m.ID+"\nany\n"), 0o644)
+	if _, ok := readMarker(dir); ok {
 		t.Fatal("a version 2 marker was used")
 	}
 	// a label value with a newline (not hsbx's) cannot break the file's lines
 	m.Config = "1 image=0\nhsbx-marker-3"
-	writeMarker(dir, "k", m)
-	if got, ok := readMarker(dir, "k"); !ok || got.ID != m.ID || strings.Contains(got.Config, "\n") {
+	writeMarker(dir, m)
+	if got, ok := readMarker(dir); !ok || got.ID != m.ID || strings.Contains(got.Config, "\n") {
 		t.Fatalf("read %+v %v", got, ok)
 	}
 }

@@ -61,7 +61,7 @@ func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container, forc
 	}
 	res, err := s.ensure(ctx, known)
 	if err == nil {
-		writeMarker(s.stateDir(), s.key.Hash(), res.marker())
+		writeMarker(s.engineDir(), res.marker())
 		usage.Touch(s.stateDir(), s.key.Hash())
 		if res.Action != Reused {
 			s.m.coldStart(ctx)
@@ -84,7 +84,7 @@ func (s *Sandbox) ensure(ctx context.Context, known *runtime.Container) (Result,
 		if res, done, err := s.activate(ctx, *known, true); done {
 			return res, err
 		}
-	} else if mk, ok := readMarker(s.stateDir(), s.key.Hash()); ok {
+	} else if mk, ok := readMarker(s.engineDir()); ok {
 		cs, err := s.rt().Inspect(ctx, mk.ID)
 		switch {
 		case err == nil && len(cs) == 1 && s.key.Owns(cs[0]):
@@ -158,7 +158,7 @@ func (s *Sandbox) probe(ctx context.Context) (runtime.Container, bool, error) {
 		switch {
 		case why == nil:
 			cands = append(cands, c)
-		case !errors.Is(why, ErrNotHermes) && !warnedOnce(s.stateDir(), s.key.Hash(), c.ID[:min(12, len(c.ID))]):
+		case !errors.Is(why, ErrNotHermes) && !warnedOnce(s.engineDir(), c.ID[:min(12, len(c.ID))]):
 			s.m.c.Warn(fmt.Sprintf("the Hermes-made sandbox %s (%.12s) has this task's labels, but hsbx will not attach to it: %v; hsbx keeps its own sandbox %s next to it", c.Name, c.ID, why, s.name))
 		}
 	}

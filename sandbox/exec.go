@@ -254,7 +254,7 @@ func (s *Sandbox) warmTarget() string {
 	if s.id != "" || s.ephemeral {
 		return s.id
 	}
-	mk, ok := readMarker(s.stateDir(), s.key.Hash())
+	mk, ok := readMarker(s.engineDir())
 	if !ok || (!s.spec.Network && mk.Network != "none") {
 		return "" // never verified here, or not under the network posture asked for
 	}
@@ -272,8 +272,8 @@ func (s *Sandbox) forget(id string) {
 	if s.id == id {
 		s.id = ""
 	}
-	if mk, ok := readMarker(s.stateDir(), s.key.Hash()); ok && mk.ID == id && !s.ephemeral {
-		removeMarker(s.stateDir(), s.key.Hash())
+	if mk, ok := readMarker(s.engineDir()); ok && mk.ID == id && !s.ephemeral {
+		removeMarker(s.engineDir())
 	}
 }
 

@@ -54,10 +54,10 @@ func FuzzMarker(f *testing.F) {
 	f.Add("garbage")
 	f.Fuzz(func(t *testing.T, s string) {
 		dir := t.TempDir()
-		p := markerPath(dir, "k")
+		p := markerPath(dir)
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, []byte(s), 0o644)
-		if m, ok := readMarker(dir, "k"); ok && !isHexID(m.ID) {
+		if m, ok := readMarker(dir); ok && !isHexID(m.ID) {
 			t.Fatalf("marker %q read as id %q", s, m.ID)
 		}
 	})

@@ -33,6 +33,7 @@ package sandbox
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"io"
@@ -156,6 +157,8 @@ type Manager struct {
 	log    *slog.Logger
 	hostMu sync.Mutex
 	host   *engineHost
+
+	endpoint func() string // a digest of the runtime's Endpoint, once
 }
 
 // New returns a Manager.
@@ -174,6 +177,7 @@ func New(c Config) *Manager {
 		c.StateDir = DefaultStateDir(env)
 	}
 	m := &Manager{c: c, log: c.Logger}
+	m.endpoint = sync.OnceValue(func() string { return endpointDigest(m.c.Runtime) })
 	if m.c.Warn == nil {
 		m.c.Warn = func(s string) { m.log.Warn(s) }
 	}
@@ -277,6 +281,19 @@ func (s *Sandbox) Name() string { return s.name }
 
 func (s *Sandbox) rt() runtime.Runtime { return s.m.c.Runtime }
 func (s *Sandbox) stateDir() string    { return s.m.c.StateDir }
+
+// endpointDigest names the manager's engine in state directory names.
+func (m *Manager) endpointDigest() string {
+	if m.endpoint == nil { // a Manager made without New
+		return endpointDigest(m.c.Runtime)
+	}
+	return m.endpoint()
+}
+
+func endpointDigest(rt runtime.Runtime) string {
+	sum := sha256.Sum256([]byte(rt.Endpoint()))
+	return hex.EncodeToString(sum[:8])
+}
 
 // fresh is the Result for a container this handle just made (or holds).
 func (s *Sandbox) fresh(id string, a Action, network string) Result {

@@ -104,7 +104,7 @@ func (s *Sandbox) recordShell(name string, res *ScriptResult) {
 	if s.ephemeral || res.ShellID == "" {
 		return
 	}
-	path := filepath.Join(s.stateDir(), "sessions", s.key.Hash(), name)
+	path := filepath.Join(s.engineDir(), "sessions", name)
 	if !res.New {
 		return
 	}
@@ -117,7 +117,7 @@ func (s *Sandbox) recordShell(name string, res *ScriptResult) {
 
 // forgetShell drops session name's record (it was closed).
 func (s *Sandbox) forgetShell(name string) {
-	_ = os.Remove(filepath.Join(s.stateDir(), "sessions", s.key.Hash(), name))
+	_ = os.Remove(filepath.Join(s.engineDir(), "sessions", name))
 }
 
 // CloseSession ends session name's shell (and what it runs) and forgets

@@ -78,7 +78,7 @@ func (s *Sandbox) Down(ctx context.Context) (Removed, error) {
 		s.mu.Lock()
 		s.id = ""
 		s.mu.Unlock()
-		removeMarker(s.stateDir(), s.key.Hash())
+		removeMarker(s.engineDir())
 		s.sayIfRecreated(ctx, cs)
 	}
 	if cr, ok := s.rt().(runtime.ClaimRemover); ok && s.rt().Dialect() == runtime.Kubectl {

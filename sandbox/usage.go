@@ -16,9 +16,24 @@ import (
 // cannot be squatted the way a derivable name can — so a warm exec is one
 // engine call and never lands in a container that is not the sandbox.
 // Without a marker, Ensure probes and verifies first.
+//
+// The marker, the warnings given once and the sessions' shell records
+// name containers of one engine, so they live in a directory of the key's
+// per engine (engineDir): docker's sandbox of a key is never taken for
+// podman's, nor one daemon's for another's.
 
-func markerPath(stateDir, keyHash string) string {
-	return filepath.Join(usage.Dir(stateDir, keyHash), "container")
+func markerPath(dir string) string {
+	return filepath.Join(dir, "container")
+}
+
+// engineDir is the directory of this host's records of the key's sandbox
+// on this sandbox's engine ("" without a state directory): under the
+// key's directory, named by a digest of the runtime's Endpoint.
+func (s *Sandbox) engineDir() string {
+	if s.stateDir() == "" {
+		return ""
+	}
+	return filepath.Join(usage.Dir(s.stateDir(), s.key.Hash()), "engine-"+s.m.endpointDigest())
 }
 
 // marker is what the marker file holds.
@@ -45,11 +60,11 @@ func (m marker) container() runtime.Container {
 // hsbx's, verified under other rules) is ignored, so it is verified anew.
 const markerVersion = "hsbx-marker-3"
 
-func readMarker(stateDir, keyHash string) (marker, bool) {
-	if stateDir == "" {
+func readMarker(dir string) (marker, bool) {
+	if dir == "" {
 		return marker{}, false
 	}
-	b, err := os.ReadFile(markerPath(stateDir, keyHash))
+	b, err := os.ReadFile(markerPath(dir))
 	if err != nil {
 		return marker{}, false
 	}
@@ -60,11 +75,11 @@ func readMarker(stateDir, keyHash string) (marker, bool) {
 	return marker{ID: lines[1], Network: lines[2], Config: lines[3], Image: lines[4]}, true
 }
 
-func writeMarker(stateDir, keyHash string, m marker) {
-	if stateDir == "" {
+func writeMarker(dir string, m marker) {
+	if dir == "" {
 		return
 	}
-	p := markerPath(stateDir, keyHash)
+	p := markerPath(dir)
 	oneLine := func(v string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(v) }
 	content := markerVersion + "\n" + m.ID + "\n" + m.Network + "\n" + oneLine(m.Config) + "\n" + oneLine(m.Image) + "\n"
 	if b, err := os.ReadFile(p); err == nil && string(b) == content {
@@ -78,9 +93,9 @@ func writeMarker(stateDir, keyHash string, m marker) {
 	}
 }
 
-func removeMarker(stateDir, keyHash string) {
-	if stateDir != "" {
-		_ = os.Remove(markerPath(stateDir, keyHash))
+func removeMarker(dir string) {
+	if dir != "" {
+		_ = os.Remove(markerPath(dir))
 	}
 }
 
@@ -104,14 +119,14 @@ func onlyChars(s, set string) bool {
 	return true
 }
 
-// warnedOnce records, per key on this host, a warning given (what names
-// it: the Hermes-made container hsbx will not attach to, a drift), so it is
-// given once; it reports whether it was given before.
-func warnedOnce(stateDir, keyHash, what string) bool {
-	if stateDir == "" {
+// warnedOnce records, in a key's engine directory on this host, a warning
+// given (what names it: the Hermes-made container hsbx will not attach
+// to, a drift), so it is given once; it reports whether it was given before.
+func warnedOnce(dir, what string) bool {
+	if dir == "" {
 		return false
 	}
-	p := filepath.Join(usage.Dir(stateDir, keyHash), "warned-"+what)
+	p := filepath.Join(dir, "warned-"+what)
 	if _, err := os.Stat(p); err == nil {
 		return true
 	}

@@ -147,6 +147,13 @@ func (e *Engine) Binary() string { return e.bin }
 // CallTimeout implements runtime.Runtime.
 func (e *Engine) CallTimeout() time.Duration { return e.timeout }
 
+// Endpoint implements runtime.Runtime: the dialect, the binary, the
+// variables both clients read to pick a daemon, and for docker the
+// current context of its configuration file when no variable names one.
+func (e *Engine) Endpoint() string {
+	return Endpoint(string(e.d.Name()), e.bin, e.env)
+}
+
 // call runs one engine command and classifies a non-zero exit.
 func (e *Engine) call(ctx context.Context, op Op, args []string, env map[string]string, timeout time.Duration) (proc.Result, error) {
 	argv := append([]string{e.bin}, args...)

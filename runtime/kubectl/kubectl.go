@@ -53,6 +53,13 @@ func (r *Runtime) Binary() string { return r.bin }
 // CallTimeout implements runtime.Runtime.
 func (r *Runtime) CallTimeout() time.Duration { return r.timeout }
 
+// Endpoint implements runtime.Runtime: the binary, KUBECONFIG, and the
+// context and namespace (as configured: "" is the kubeconfig's current
+// context, which `kubectl config use-context` may change under it).
+func (r *Runtime) Endpoint() string {
+	return enginecli.Endpoint(string(runtime.Kubectl), r.bin, r.env, "context="+r.target.Context, "namespace="+r.target.Namespace)
+}
+
 // Target is the context and namespace this runtime works in.
 func (r *Runtime) Target() enginecli.KubeTarget { return r.target }
 
