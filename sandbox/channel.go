@@ -203,6 +203,9 @@ func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *ch
 	case ierr != nil:
 		return fmt.Errorf("%w: the exec channel broke while the command ran (%v) and the engine does not answer (%v); the command may still run in sandbox %s: its agent stops it within %s of losing hsbx",
 			runtime.ErrEngine, be.Err, ierr, s.name, channel.AgentDeadAfter)
+	case cur != nil && cur.State == runtime.StatePaused:
+		return fmt.Errorf("%w: sandbox %s is paused, and the exec channel broke while the command waited on it (%v); the command may run once it is unpaused (hsbx up unpauses it), and was not run again",
+			runtime.ErrEngine, s.name, be.Err)
 	case cur == nil || cur.State != runtime.StateRunning:
 		return fmt.Errorf("%w: sandbox %s was stopped or removed while the command ran (by down, stop or another process); the command was killed and may have run part-way: %v",
 			runtime.ErrEngine, s.name, be)

@@ -17,6 +17,7 @@ import (
 	"github.com/hsbx/hsbx/internal/agentbin"
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/enginetest"
+	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
@@ -274,6 +275,68 @@ func TestChannelPausedSandboxRunsOnce(t *testing.T) {
 		code, err := sb.Exec(execCtx, sandbox.Command{Argv: []string{"sh", "-c", "echo x >> /tmp/ran; cat /tmp/ran | wc -l"}, Stdout: &out})
 		if err != nil || code != 0 || strings.TrimSpace(out.String()) != "1" {
 			t.Fatalf("exec on a paused sandbox: %d %q %v, want 0 and one run", code, out.String(), err)
+		}
+	})
+}
+
+// A sandbox paused while a command waits on its channel (or right after
+// the agent's last answer, when a command is sent without a ping) held
+// the command with no word: exec waited 45 s, then said the sandbox "was
+// stopped or removed"; with --timeout 5s it took 10 s. Now the channel
+// notices the agent stopped answering, finds the sandbox paused and
+// unpauses it, as the plain path does, and the command runs once.
+func TestChannelPausedUnderACommand(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if e.tg.Fake {
+			t.Skip("the fakes' pause freezes no process")
+		}
+		e.skipOnKube("a Pod cannot be paused")
+		ctx := context.Background()
+		sb, res := e.channelUp("paused-under")
+		pause := func() {
+			cmd := exec.Command(e.tg.Bin, "pause", res.ID)
+			cmd.Env = e.tg.Env
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Skipf("this engine cannot pause here: %v: %s", err, out)
+			}
+		}
+		pause() // the engine can pause here (rootless podman on cgroups v1 cannot)
+		if err := e.rt.Unpause(ctx, res.ID); err != nil {
+			t.Fatal(err)
+		}
+		execCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		done := make(chan error, 1)
+		var code int
+		go func() {
+			var err error
+			code, err = sb.Exec(execCtx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 1; echo x >> /tmp/ran; wc -l < /tmp/ran"}, Stdout: &out})
+			done <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // the command is in
+		pause()
+		start := time.Now()
+		if err := <-done; err != nil || code != 0 || strings.TrimSpace(out.String()) != "1" {
+			t.Fatalf("exec with the sandbox paused under it: %d %q %v, want 0 and one run", code, out.String(), err)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("the command waited %s on the paused sandbox", d)
+		}
+		cs, err := e.rt.Inspect(ctx, res.ID)
+		if err != nil || len(cs) != 1 || cs[0].State != runtime.StateRunning {
+			t.Fatalf("after the command: %+v %v, want the sandbox running", cs, err)
+		}
+
+		// Paused right after a command: the next one may be sent unpinged.
+		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+		pause()
+		out.Reset()
+		code, err = sb.Exec(execCtx, sandbox.Command{Argv: []string{"sh", "-c", "echo y >> /tmp/ran; wc -l < /tmp/ran"}, Stdout: &out})
+		if err != nil || code != 0 || strings.TrimSpace(out.String()) != "2" {
+			t.Fatalf("exec right after a pause: %d %q %v, want 0 and one run", code, out.String(), err)
 		}
 	})
 }

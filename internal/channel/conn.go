@@ -133,6 +133,25 @@ type Conn struct {
 	pings   map[uint64]chan struct{}
 	rd      *wire.Reader
 	bounds
+
+	// onStall is called when a command waits and the agent has not
+	// answered a ping within pingWait (see OnStall).
+	onStall atomic.Pointer[func(context.Context)]
+}
+
+// OnStall sets what the Conn does when a command it sent waits on an agent
+// that has stopped answering (its pings go unanswered for PingWait): a
+// sandbox paused after the command was sent, whose frozen agent holds it
+// without a word. f may resume the sandbox (Open's unpauses a paused
+// one); the command keeps waiting either way, and runs at most once. f is
+// called again while the stall lasts, at most once per PingWait.
+func (c *Conn) OnStall(f func(ctx context.Context)) { c.onStall.Store(&f) }
+
+// waiting says whether a command sent on the Conn has not ended yet.
+func (c *Conn) waiting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.streams) > 0
 }
 
 // bounds are a Conn's liveness bounds: QuietBefore, PingWait, FrameWait,
@@ -209,7 +228,7 @@ func newConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration, b b
 func (c *Conn) watch() {
 	tick := time.NewTicker(min(c.frameMax/4+time.Millisecond, c.deadAfter/12+time.Millisecond, time.Second))
 	defer tick.Stop()
-	var writing atomic.Bool
+	var writing, checking atomic.Bool
 	last := time.Now()
 	for {
 		select {
@@ -225,6 +244,9 @@ func (c *Conn) watch() {
 					}
 				}()
 			}
+			if f := c.onStall.Load(); f != nil && time.Since(time.Unix(0, c.heard.Load())) > c.quiet && c.waiting() && !checking.Swap(true) {
+				go c.checkStall(*f, &checking)
+			}
 			if t := c.rd.PartialSince(); !t.IsZero() && time.Since(t) > c.frameMax {
 				c.fail(fmt.Errorf("the agent began a frame and did not finish it within %s", c.frameMax))
 				if c.closer != nil {
@@ -233,6 +255,24 @@ func (c *Conn) watch() {
 				return
 			}
 		}
+	}
+}
+
+// checkStall pings a quiet agent while a command waits on it, and calls
+// onStall when it does not answer within pingWait.
+func (c *Conn) checkStall(onStall func(context.Context), checking *atomic.Bool) {
+	defer checking.Store(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := c.Ping(ctx, c.pingWait); err != nil && c.Err() == nil && ctx.Err() == nil {
+		onStall(ctx)
 	}
 }
 

@@ -216,3 +216,45 @@ func TestConnKeepsItsAgentAlive(t *testing.T) {
 		t.Fatalf("after: %+v %q", res, out)
 	}
 }
+
+// A sandbox paused right after its agent took a command (it had answered
+// within QuietBefore, so the command was sent unpinged) held the command
+// with no word: exec waited 45 s and then said the sandbox was stopped or
+// removed. Now a command that waits on an agent that stops answering its
+// pings gets the Conn's OnStall (Open's unpauses a paused sandbox), and
+// runs once the agent thaws.
+func TestStalledCommandCallsOnStall(t *testing.T) {
+	thaw := make(chan struct{})
+	var stalls atomic.Int32
+	c := stuckAgent(t, bounds{200 * time.Millisecond, 300 * time.Millisecond, FrameWait, AgentDeadAfter}, func(r *wire.Reader, w *wire.Writer, _ *os.File) {
+		for {
+			f, err := r.Read()
+			if err != nil {
+				return
+			}
+			switch f.Type {
+			case wire.TPing:
+				_ = w.Write(wire.TPong, 0, f.Payload)
+			case wire.TStart:
+				<-thaw // paused with the command in: nothing is read or answered
+				_ = w.Write(wire.TStdout, f.Stream, []byte("ran\n"))
+				_ = w.WriteJSON(wire.TExit, f.Stream, wire.Exit{Code: 0})
+			}
+		}
+	})
+	c.OnStall(func(context.Context) {
+		if stalls.Add(1) == 1 {
+			close(thaw)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out strings.Builder
+	res, err := c.Run(ctx, Request{Start: wire.Start{Argv: []string{"echo", "ran"}}, Stdout: &out})
+	if err != nil || res.Code != 0 || out.String() != "ran\n" {
+		t.Fatalf("Run: %+v %q %v, want the command's exit after the thaw", res, out.String(), err)
+	}
+	if stalls.Load() == 0 {
+		t.Fatal("OnStall was never called")
+	}
+}

@@ -296,7 +296,26 @@ func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("starting the agent: %v (exit %d: %s)", err, r.code, clip(msg))
 	}
+	conn.OnStall(func(ctx context.Context) { resumePaused(ctx, a) })
 	return conn, nil
+}
+
+// resumePaused unpauses the sandbox when a command waits on its agent and
+// the engine says it is paused: paused after the command was sent (a
+// command sent to an agent quiet for a while is pinged first, and one
+// that does not answer is not sent). The command then runs, once, as the
+// plain path runs a command in a paused sandbox: it unpauses it.
+func resumePaused(ctx context.Context, a Agent) {
+	ctx, cancel := context.WithTimeout(ctx, 2*a.Runtime.CallTimeout())
+	defer cancel()
+	cs, err := a.Runtime.Inspect(ctx, a.ID)
+	if err != nil || len(cs) != 1 || cs[0].State != runtime.StatePaused {
+		return // running and slow, stopped or gone: the channel's end says so
+	}
+	err = a.Runtime.Unpause(ctx, a.ID)
+	if a.Log != nil {
+		a.Log.Warn("the sandbox was paused while a command waited on the exec channel; unpaused it so the command runs", "id", a.ID, "error", err)
+	}
 }
 
 type multiCloser []io.Closer
