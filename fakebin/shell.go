@@ -317,24 +317,43 @@ func sleepForever() {
 }
 
 // killByMarker emulates hsbx's kill script (sh -c '<walk /proc, kill
-// processes whose environ has HSBX_EXEC_ID=$1>' NAME TOKEN): the fake's
-// "processes" are the exec children recorded in the state.
+// processes whose environ has HSBX_EXEC_ID=$1, or any HSBX_EXEC_ID when
+// $1 is empty>' NAME TOKEN): the fake's "processes" are the exec children
+// recorded in the state.
 func (s *miniShell) killByMarker(args []string) int {
 	if len(args) < 2 {
 		return 1
 	}
 	token, n := args[1], 0
 	seen := map[int]bool{}
+	tokens := []string{token}
 	_ = s.f.st.update(func(st *State) error {
 		if c := st.find(s.c.ID); c != nil {
 			for _, e := range c.Execs {
 				seen[e.Pid] = true
 			}
-			n = killExecs(c, token)
+			if token == "" {
+				// Any marker ($1 empty): the container's marked commands,
+				// never an exec without one. The fake's other processes
+				// are found by those commands' tokens, not host-wide.
+				tokens = nil
+				for _, e := range c.Execs {
+					if e.Token != "" {
+						tokens = append(tokens, e.Token)
+					}
+				}
+				for _, t := range tokens {
+					n += killExecs(c, t)
+				}
+			} else {
+				n = killExecs(c, token)
+			}
 		}
 		return nil
 	})
-	n += killMarkedProcs(token, seen)
+	for _, t := range tokens {
+		n += killMarkedProcs(t, seen)
+	}
 	fmt.Fprintln(s.stdout, n)
 	return 0
 }

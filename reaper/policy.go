@@ -54,8 +54,13 @@ type Verdict struct {
 	Task    string
 	Remove  bool
 	Idle    bool // running and idle: stop, then remove
-	Reason  string
-	Age     time.Duration // -1: unknown
+	// EndOrphans: a per-process sandbox whose creator is gone, kept only
+	// by live exec sessions. The commands hsbx started in it (they carry
+	// its command marker) are that dead process's leftovers: the sweep
+	// ends them first, then removes the sandbox if no session remains.
+	EndOrphans bool
+	Reason     string
+	Age        time.Duration // -1: unknown
 }
 
 // Judge decides, container by container. A container without

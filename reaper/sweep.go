@@ -81,6 +81,7 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 		}
 		return rep, nil
 	}
+	doomed = s.endOrphans(ctx, doomed, &rep)
 	doomed, release := s.stopIdle(ctx, doomed, &rep)
 	defer release()
 	return rep, s.removeAndVerify(ctx, doomed, &rep)
@@ -260,9 +261,66 @@ func (s *Sweeper) recheckExecs(ctx context.Context, verdicts []Verdict, o Option
 			s.log().Debug("could not tell live exec sessions; counting the sandbox as in use", "id", v.C.ID, "error", err)
 			continue
 		}
-		if len(live) == 0 {
+		switch {
+		case len(live) == 0:
+			verdicts[i] = again
+		case orphanedPerProcess(v.C, usage):
+			again.C.ExecIDs, again.EndOrphans = live, true
+			again.Reason += fmt.Sprintf("; its %d live exec session(s) are ended first where they are hsbx's commands (kept if another remains)", len(live))
 			verdicts[i] = again
 		}
+	}
+}
+
+// orphanedPerProcess: c is a per-process sandbox whose creator provably
+// ran on this host, in this boot, and is gone.
+func orphanedPerProcess(c runtime.Container, usage func(runtime.Container) Usage) bool {
+	return c.Labels[sandbox.LabelEphemeral] == "1" && c.Labels[sandbox.LabelKey] != "" && usage(c).Creator.Gone
+}
+
+// endOrphans ends the leftover commands of the dead creators' sandboxes
+// among doomed (EndOrphans) and waits, briefly, for the engine to drop
+// their exec sessions; stopIdle then checks once more that none remains.
+// A sandbox whose commands cannot be ended is kept, and says why.
+func (s *Sweeper) endOrphans(ctx context.Context, doomed []Verdict, rep *Report) []Verdict {
+	out := doomed[:0]
+	for _, v := range doomed {
+		if !v.EndOrphans {
+			out = append(out, v)
+			continue
+		}
+		n, err := sandbox.EndOrphanCommands(ctx, s.RT, v.C.ID)
+		if err != nil {
+			rep.Kept = append(rep.Kept, entry(v, fmt.Sprintf("per-process sandbox whose creator is gone, in use: its leftover commands could not be ended: %v", err)))
+			continue
+		}
+		s.log().Info("ended the leftover commands of a per-process sandbox whose creator is gone", "id", v.C.ID, "processes", n)
+		// Until the engine drops a session (of those the kill ended): at
+		// most a few seconds.
+		for deadline := time.Now().Add(5 * time.Second); n > 0 && time.Now().Before(deadline); {
+			cs, err := s.RT.Inspect(ctx, v.C.ID)
+			if err != nil || len(cs) != 1 {
+				break
+			}
+			live, err := s.RT.LiveExecs(ctx, cs[0])
+			if err != nil || len(live) < len(v.C.ExecIDs) || sleepCtx(ctx, 200*time.Millisecond) != nil {
+				break
+			}
+		}
+		v.Reason = fmt.Sprintf("per-process sandbox whose creator (%s) is gone; %d leftover command process(es) ended", v.C.Labels[sandbox.LabelCreator], n)
+		out = append(out, v)
+	}
+	return out
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

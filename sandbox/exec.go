@@ -431,16 +431,38 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// killScript kills every process whose environment holds HSBX_EXEC_ID=$1.
-// It needs /bin/sh, tr and grep in the image (busybox and every distro
-// image have them).
+// killScript kills every process whose environment holds HSBX_EXEC_ID=$1
+// (with $1 empty: any HSBX_EXEC_ID, every command hsbx started). It needs
+// /bin/sh, tr and grep in the image (busybox and every distro image have
+// them).
 const killScript = `t="` + ExecIDVar + `=$1"; n=0
 for d in /proc/[0-9]*; do
   p=${d#/proc/}
   [ "$p" = "$$" ] && continue
-  if tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF "$t"; then kill -9 "$p" 2>/dev/null && n=$((n+1)); fi
+  if tr '\0' '\n' < "$d/environ" 2>/dev/null | if [ -n "$1" ]; then grep -qxF "$t"; else grep -q "^$t"; fi; then kill -9 "$p" 2>/dev/null && n=$((n+1)); fi
 done
 echo "$n"`
+
+// EndOrphanCommands kills every process that carries hsbx's command
+// marker in the running container id — every command an hsbx process
+// started there — and returns how many. It is for a per-process sandbox
+// whose creator is gone: only its creator ran commands in it, so what
+// carries the marker is that dead process's leftovers, not anyone's work
+// (an exec session without the marker is not touched). It needs sh, tr
+// and grep in the image.
+func EndOrphanCommands(ctx context.Context, rt runtime.Runtime, id string) (int, error) {
+	var out, errb strings.Builder
+	code, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"sh", "-c", killScript, "hsbx-kill", ""}, Stdout: &out, Stderr: &errb,
+		Timeout: rt.CallTimeout()})
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	if _, serr := fmt.Sscan(out.String(), &n); code != 0 || serr != nil {
+		return 0, fmt.Errorf("the kill command exited %d in the sandbox (it needs sh, tr and grep): %s", code, clip(out.String()+" "+errb.String(), 200))
+	}
+	return n, nil
+}
 
 func (s *Sandbox) killMarked(ctx context.Context, target, token string) (int, error) {
 	var out, errb strings.Builder

@@ -113,6 +113,7 @@ func TestScripts(t *testing.T) {
 			"precopy-agent": preCopyAgent.cmd,
 			"cgo-hsbx":      cgoHsbxCmd,
 			"doc-block":     docBlock,
+			"env-file":      envFile,
 		},
 	})
 }
@@ -614,6 +615,15 @@ func python3() string {
 	}
 	p, _ := exec.LookPath("python3")
 	return p
+}
+
+// env-file VAR FILE: set VAR to FILE's content, without surrounding space
+// (an id a command printed, for a later command's arguments).
+func envFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: env-file VAR FILE")
+	}
+	ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile(args[1])))
 }
 
 // doc-block DOC MARKER FILE: write the fenced code block that follows the

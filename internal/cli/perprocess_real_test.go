@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,8 +13,9 @@ import (
 )
 
 // A per-process sandbox whose creator was SIGKILLed (its Close never ran)
-// is kept by a sweep while a command still runs in it, and removed by the
-// first plain `reap` once none does; `down` finds one (in this mode) and
+// is removed by the first plain `reap`, which first ends the commands the
+// dead creator left running in it (they carry hsbx's marker); an exec
+// session that is not hsbx's keeps it; `down` finds one (in this mode) and
 // removes it once its creator is gone — on the real engines. The creator is
 // this test binary acting as hsbx (TestMain), started as a process of its
 // own so that it can be killed.
@@ -75,23 +77,52 @@ func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
 			}
 			_ = creator.Process.Signal(syscall.SIGKILL)
 			_ = creator.Wait()
-			if out := reap(); !listed() || !strings.Contains(out, "is gone, but in use: 1 live exec session") {
-				t.Fatalf("right after the kill, with `sleep 3` still running: %s", out)
+			// Its command (`sleep 3`, carrying hsbx's marker) is the dead
+			// creator's leftover: the sweep ends it and removes the sandbox.
+			if out := reap(); listed() || !strings.Contains(out, "is gone; 1 leftover command process(es) ended") {
+				t.Fatalf("right after the kill, with `sleep 3` still running: %s; still listed: %v", out, listed())
 			}
-			// The command ends within seconds; the next sweep after that
-			// removes the sandbox.
-			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+
+			// An exec session that is not hsbx's (no marker) keeps it.
+			creator3 := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sh", "-c", "echo started; exec sleep 300")
+			creator3.Env = env
+			started3, err := creator3.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := creator3.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = creator3.Process.Kill(); _ = creator3.Wait() }()
+			if b := make([]byte, 8); func() bool { n, _ := io.ReadFull(started3, b); return string(b[:n]) != "started\n" }() {
+				t.Fatal("the third creator's command never started")
+			}
+			_, lsOut, _ := runMain(t, env, "ls", "--json")
+			id := regexp.MustCompile(`"id":"([0-9a-f]{64})","name":"[^"]*","profile":"[^"]*","task":"` + regexp.QuoteMeta(task) + `"`).FindStringSubmatch(lsOut)
+			if id == nil {
+				t.Fatalf("no sandbox of %s in %s", task, lsOut)
+			}
+			foreign := exec.Command(tg.Bin, "exec", id[1], "sleep", "20")
+			foreign.Env = tg.environ
+			if err := foreign.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = foreign.Process.Kill(); _ = foreign.Wait() }()
+			_ = creator3.Process.Signal(syscall.SIGKILL)
+			_ = creator3.Wait()
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 				out := reap()
-				if strings.Contains(out, "is gone\"") {
-					break
+				if strings.Contains(out, "in use: 1 live exec session") && listed() {
+					break // hsbx's command ended, the foreign session kept it
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("not removed after its command ended: %s", out)
+				if time.Now().After(deadline) || !listed() {
+					t.Fatalf("a foreign exec session did not keep the sandbox: %s; still listed: %v", out, listed())
 				}
 			}
-			if listed() {
-				t.Fatal("removed by the sweep, yet ls still lists it")
+			if code, _, errOut := runMain(t, env, "down", "--task", task); code != 0 || listed() {
+				t.Fatalf("down: exit %d, %s", code, errOut)
 			}
+
 			// down finds one too: left alone while its creator lives,
 			// removed (with the command still running) once it was killed.
 			creator2 := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sleep", "300")
