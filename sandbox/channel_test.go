@@ -304,6 +304,7 @@ func TestChannelPausedUnderACommand(t *testing.T) {
 		if err := e.rt.Unpause(ctx, res.ID); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = e.rt.Unpause(ctx, res.ID) }) // a paused container cannot be removed everywhere
 		execCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		var out bytes.Buffer

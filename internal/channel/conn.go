@@ -144,7 +144,8 @@ type Conn struct {
 // sandbox paused after the command was sent, whose frozen agent holds it
 // without a word. f may resume the sandbox (Open's unpauses a paused
 // one); the command keeps waiting either way, and runs at most once. f is
-// called again while the stall lasts, at most once per PingWait.
+// called again while the stall lasts, at most once per PingWait, with a
+// context that closing the Conn does not cancel: f bounds itself.
 func (c *Conn) OnStall(f func(ctx context.Context)) { c.onStall.Store(&f) }
 
 // waiting says whether a command sent on the Conn has not ended yet.
@@ -272,7 +273,11 @@ func (c *Conn) checkStall(onStall func(context.Context), checking *atomic.Bool) 
 		}
 	}()
 	if err := c.Ping(ctx, c.pingWait); err != nil && c.Err() == nil && ctx.Err() == nil {
-		onStall(ctx)
+		// Not cancelled when the Conn closes meanwhile: an engine client
+		// killed half-way through an unpause can leave the engine's record
+		// and the container apart (podman 4.3: "paused" in its database,
+		// thawed in runc, and then neither unpaused nor removable).
+		onStall(context.WithoutCancel(ctx))
 	}
 }
 

@@ -49,6 +49,7 @@ func TestExecOnAPausedSandboxRealEngines(t *testing.T) {
 			if err := engine("unpause", id); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = engine("unpause", id) }) // before down: a paused container cannot be removed everywhere
 			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 				runMain(t, env, "exec", "--task", task, "--", "true")
 				if _, ls, _ := runMain(t, env, "ls", "--json"); strings.Contains(ls, `"channel":"up"`) {
