@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/usage"
+	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
 )
@@ -107,7 +107,7 @@ func (s *Sweeper) judge(ctx context.Context, o Options, rep *Report) ([]Verdict,
 	}
 	cs := s.inspect(ctx, ids, rep) // labels re-checked from inspect, not the filter
 	usage := func(c runtime.Container) Usage {
-		t, _ := usage.LastUse(s.StateDir, c.Labels[sandbox.LabelKey])
+		t, _ := keystate.LastUse(s.StateDir, c.Labels[sandbox.LabelKey])
 		u := Usage{LastUse: t}
 		if c.Labels[sandbox.LabelEphemeral] == "1" {
 			u.Creator = sandbox.CreatorOf(c.Labels[sandbox.LabelCreator])
@@ -196,7 +196,7 @@ func (s *Sweeper) stopIdle(ctx context.Context, doomed []Verdict, rep *Report) (
 			out = append(out, v)
 			continue
 		}
-		release, ok := usage.LockIdle(s.StateDir, v.C.Labels[sandbox.LabelKey])
+		release, ok := keystate.LockIdle(s.StateDir, v.C.Labels[sandbox.LabelKey])
 		if !ok {
 			rep.Kept = append(rep.Kept, entry(v, "running, in use by a live hsbx process"))
 			continue

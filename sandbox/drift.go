@@ -8,13 +8,12 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/usage"
+	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -330,7 +329,7 @@ const driftBusyFor = 30 * time.Second
 // markDriftBusy records that container id could not be replaced now.
 func (s *Sandbox) markDriftBusy(id string) {
 	if s.stateDir() != "" {
-		usage.TouchFile(s.driftBusyFile(id))
+		keystate.TouchFile(s.driftBusyFile(id))
 	}
 }
 
@@ -340,7 +339,7 @@ func (s *Sandbox) driftBusyRecently(id string) bool {
 }
 
 func (s *Sandbox) driftBusyFile(id string) string {
-	return filepath.Join(usage.Dir(s.stateDir(), s.key.Hash()), "drift-busy-"+id[:min(12, len(id))])
+	return keystate.DriftBusyFile(s.stateDir(), s.key.Hash(), id)
 }
 
 // warmDrift judges the marker's container on a warm command, with no
@@ -376,7 +375,7 @@ func (s *Sandbox) warmDrift(mk marker) bool {
 func (s *Sandbox) replace(ctx context.Context, c runtime.Container) error {
 	if c.State.Alive() {
 		if s.stateDir() != "" {
-			release, ok, err := usage.TryIdle(s.stateDir(), s.key.Hash())
+			release, ok, err := keystate.TryIdle(s.stateDir(), s.key.Hash())
 			if err != nil {
 				return fmt.Errorf("replacing sandbox %s: %w", c.Name, err)
 			}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/usage"
+	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -62,7 +62,7 @@ func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container, forc
 	res, err := s.ensure(ctx, known)
 	if err == nil {
 		writeMarker(s.engineDir(), res.marker())
-		usage.Touch(s.stateDir(), s.key.Hash())
+		keystate.Touch(s.stateDir(), s.key.Hash())
 		if res.Action != Reused {
 			s.m.coldStart(ctx)
 		}
@@ -507,7 +507,7 @@ func (s *Sandbox) hostBase() string {
 	case s.spec.SandboxDir != "":
 		return filepath.Join(s.spec.SandboxDir, "docker", TaskDirName(s.key.Task))
 	case s.stateDir() != "":
-		return filepath.Join(s.stateDir(), "sandboxes", s.key.Hash())
+		return keystate.Dir(s.stateDir(), s.key.Hash())
 	}
 	return ""
 }

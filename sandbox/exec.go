@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/channel"
-	"github.com/hsbx/hsbx/internal/usage"
+	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -514,10 +514,10 @@ func (s *Sandbox) markInUse() (release func()) {
 	if s.ephemeral {
 		return func() {}
 	}
-	release = usage.Hold(s.stateDir(), s.key.Hash())
+	release = keystate.Hold(s.stateDir(), s.key.Hash())
 	if now := time.Now().UnixNano(); now-s.touched.Load() >= int64(touchEvery) {
 		s.touched.Store(now)
-		usage.Touch(s.stateDir(), s.key.Hash())
+		keystate.Touch(s.stateDir(), s.key.Hash())
 	}
 	return release
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -104,7 +105,7 @@ func (s *Sandbox) recordShell(name string, res *ScriptResult) {
 	if s.ephemeral || res.ShellID == "" {
 		return
 	}
-	path := filepath.Join(s.engineDir(), "sessions", name)
+	path := keystate.SessionFile(s.engineDir(), name)
 	if !res.New {
 		return
 	}
@@ -117,7 +118,7 @@ func (s *Sandbox) recordShell(name string, res *ScriptResult) {
 
 // forgetShell drops session name's record (it was closed).
 func (s *Sandbox) forgetShell(name string) {
-	_ = os.Remove(filepath.Join(s.engineDir(), "sessions", name))
+	_ = os.Remove(keystate.SessionFile(s.engineDir(), name))
 }
 
 // CloseSession ends session name's shell (and what it runs) and forgets

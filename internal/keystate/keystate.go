@@ -1,13 +1,18 @@
-// Package usage is what each host records of its use of each sandbox, for
-// the idle reaper and for hsbx's own decisions (a replacement waits for
-// the commands that run): each sandbox key has a directory under the state
-// dir with
+// Package keystate owns the directory this host keeps for each sandbox key
+// under the state directory, <state dir>/sandboxes/<key hash>/, and names
+// every file in it:
 //
-//   - last-use: its mtime is the last time an hsbx process used the sandbox;
-//   - in-use.lock: every process holds a shared flock on it while it runs a
-//     command there. The kernel drops the lock when the process dies, even
-//     by SIGKILL, so a stale file never pins a sandbox.
-package usage
+//	workspace/, home/    a persistent sandbox's /workspace and /root (bind-mounted)
+//	last-use             its mtime: when an hsbx process last used the sandbox (the idle reaper)
+//	in-use.lock          a shared flock each command holds while it runs; the kernel
+//	                     drops it when the process dies, even by SIGKILL
+//	drift-busy-<id>      drift's replacement of container id found a command running
+//	engine-<digest>/     what this host knows of the key's sandbox on one engine
+//	                     (runtime.Runtime.Endpoint's digest):
+//	  container          the marker: the container it verified for the key
+//	  warned-<what>      a warning given once
+//	  sessions/<name>    the id of session name's shell
+package keystate
 
 import (
 	"os"
@@ -20,6 +25,31 @@ import (
 // Dir is the key's directory under the state dir.
 func Dir(stateDir, keyHash string) string {
 	return filepath.Join(stateDir, "sandboxes", keyHash)
+}
+
+// EngineDir is the key's directory for one engine ("" without a state dir).
+func EngineDir(stateDir, keyHash, engineDigest string) string {
+	if stateDir == "" {
+		return ""
+	}
+	return filepath.Join(Dir(stateDir, keyHash), "engine-"+engineDigest)
+}
+
+// MarkerFile is the marker in an engine directory.
+func MarkerFile(engineDir string) string { return filepath.Join(engineDir, "container") }
+
+// WarnedFile records, in an engine directory, a warning given once.
+func WarnedFile(engineDir, what string) string { return filepath.Join(engineDir, "warned-"+what) }
+
+// SessionFile holds the id of session name's shell, in an engine directory.
+func SessionFile(engineDir, name string) string {
+	return filepath.Join(engineDir, "sessions", name)
+}
+
+// DriftBusyFile records that drift's replacement of container id found a
+// command running in it.
+func DriftBusyFile(stateDir, keyHash, id string) string {
+	return filepath.Join(Dir(stateDir, keyHash), "drift-busy-"+id[:min(12, len(id))])
 }
 
 // Touch records a use now (best effort).

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hsbx/hsbx/internal/usage"
+	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -22,18 +22,13 @@ import (
 // per engine (engineDir): docker's sandbox of a key is never taken for
 // podman's, nor one daemon's for another's.
 
-func markerPath(dir string) string {
-	return filepath.Join(dir, "container")
-}
+func markerPath(dir string) string { return keystate.MarkerFile(dir) }
 
 // engineDir is the directory of this host's records of the key's sandbox
 // on this sandbox's engine ("" without a state directory): under the
 // key's directory, named by a digest of the runtime's Endpoint.
 func (s *Sandbox) engineDir() string {
-	if s.stateDir() == "" {
-		return ""
-	}
-	return filepath.Join(usage.Dir(s.stateDir(), s.key.Hash()), "engine-"+s.m.endpointDigest())
+	return keystate.EngineDir(s.stateDir(), s.key.Hash(), s.m.endpointDigest())
 }
 
 // marker is what the marker file holds.
@@ -126,7 +121,7 @@ func warnedOnce(dir, what string) bool {
 	if dir == "" {
 		return false
 	}
-	p := filepath.Join(dir, "warned-"+what)
+	p := keystate.WarnedFile(dir, what)
 	if _, err := os.Stat(p); err == nil {
 		return true
 	}
