@@ -3,14 +3,18 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/hsbx/hsbx/internal/enginetest"
+	"github.com/hsbx/hsbx/internal/environ"
 )
 
 // cliTarget is an engine for `hsbx` invocations: its environment points
@@ -97,9 +101,13 @@ func TestExecBrokenPipeAndEnvRealEngines(t *testing.T) {
 	}
 }
 
-// An engine endpoint that accepts and never answers: exec exits 125 with
-// one line within the engine timeout (twice: the liveness check waits a
-// moment first), instead of hanging forever.
+// An engine that stops answering never hangs exec: exit 125 with one line
+// within the engine timeout. On docker, the sandbox is made through a
+// proxy of the daemon's socket that then accepts and never answers: the
+// same endpoint to hsbx, so the warm exec meets the hung engine (twice:
+// the liveness check waits a moment first). On podman (no API service
+// here), the engine is another endpoint, where the first call is the
+// probe that finds the sandbox.
 func TestExecHungEngineRealEngines(t *testing.T) {
 	for _, tg := range cliTargets(t) {
 		if tg.Fake || tg.Rootless {
@@ -107,33 +115,65 @@ func TestExecHungEngineRealEngines(t *testing.T) {
 		}
 		t.Run(tg.Name, func(t *testing.T) {
 			task := "hung-" + filepath.Base(t.TempDir())
-			t.Cleanup(func() { runMain(t, tg.environ, "down", "--task", task) })
-			if code, _, errOut := runMain(t, tg.environ, "up", "--task", task); code != 0 {
-				t.Fatalf("up: %d %s", code, errOut)
-			}
 			sock := filepath.Join(t.TempDir(), "hung.sock")
 			l, err := net.Listen("unix", sock)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Close()
+			var hung atomic.Bool
+			upstream, _ := environ.Lookup(tg.environ, "DOCKER_HOST")
+			upstream, _ = strings.CutPrefix(upstream, "unix://")
+			var mu sync.Mutex
 			var held []net.Conn
+			defer func() {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, c := range held {
+					c.Close()
+				}
+			}()
 			go func() {
 				for {
 					c, err := l.Accept()
 					if err != nil {
 						return
 					}
-					held = append(held, c) // accept, never answer
+					mu.Lock()
+					held = append(held, c) // when hung: accept, never answer
+					mu.Unlock()
+					if hung.Load() || upstream == "" {
+						continue
+					}
+					go func() {
+						u, err := net.Dial("unix", upstream)
+						if err != nil {
+							c.Close()
+							return
+						}
+						go func() { _, _ = io.Copy(u, c); u.Close() }()
+						_, _ = io.Copy(c, u)
+						c.Close()
+					}()
 				}
 			}()
-			endpoint := "DOCKER_HOST=unix://" + sock
-			if tg.Dialect() == "podman" {
-				endpoint = "CONTAINER_HOST=unix://" + sock
+			env := tg.environ
+			if tg.Dialect() == "docker" {
+				env = append(append([]string{}, tg.environ...), "DOCKER_HOST=unix://"+sock)
 			}
-			code, _, errOut := runMain(t, append(tg.environ, endpoint), "--engine-timeout", "2s", "exec", "--task", task, "--", "true")
+			t.Cleanup(func() { runMain(t, tg.environ, "down", "--task", task) })
+			if code, _, errOut := runMain(t, env, "up", "--task", task); code != 0 {
+				t.Fatalf("up: %d %s", code, errOut)
+			}
+			hung.Store(true)
+			want := "stopped answering"
+			if tg.Dialect() == "podman" {
+				env = append(append([]string{}, tg.environ...), "CONTAINER_HOST=unix://"+sock)
+				want = "looking for sandbox"
+			}
+			code, _, errOut := runMain(t, append(env, "HSBX_EXEC_CHANNEL=false"), "--engine-timeout", "2s", "exec", "--task", task, "--", "true")
 			lines := strings.Split(strings.TrimSpace(errOut), "\n")
-			if code != ExitEngine || !strings.Contains(lines[0], "stopped answering") || !strings.Contains(lines[0], "no answer after 2s") {
+			if code != ExitEngine || !strings.Contains(lines[0], want) || !strings.Contains(lines[0], "no answer after 2s") {
 				t.Fatalf("exec against a hung engine: exit %d, stderr:\n%s", code, errOut)
 			}
 		})
