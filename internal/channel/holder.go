@@ -3,22 +3,17 @@ package channel
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -27,38 +22,6 @@ import (
 // user can enter (on Windows a named pipe only its user can open: see
 // transport_windows.go), checks each peer's user, and runs one command per
 // connection. The client side is RunVia.
-
-// OpenSocketDir opens (making it if needed) the directory holder sockets
-// live in: base/hsbx, mode 0700, this user's, with every directory above
-// it changeable by no other user — checked on the opened directories
-// (internal/privdir). Keep it open while its sockets are used, and name
-// them under its FDPath: they then resolve through the checked directory.
-func OpenSocketDir(base string) (*privdir.Dir, error) {
-	if base == "" {
-		return nil, errors.New("no runtime directory")
-	}
-	return privdir.Open(filepath.Join(base, "hsbx"), privdir.Options{Create: true, Private: true})
-}
-
-// SocketPath names the holder socket for one sandbox channel: a digest of
-// everything that decides which agent it reaches (engine binary and
-// endpoint, container id, user) and of the protocol, so no two channels
-// share a socket and a client never reaches a holder of another protocol
-// (RunVia sends its command before the hello).
-func SocketPath(dir string, parts ...string) string {
-	h := sha256.Sum256([]byte(fmt.Sprintf("proto %d\x00", wire.Proto) + strings.Join(parts, "\x00")))
-	return filepath.Join(dir, hex.EncodeToString(h[:])[:24]+".sock")
-}
-
-// SocketPathFits says whether holders' sockets in dir (SocketPath) fit a
-// unix socket's address (maxSocketPath, per OS); macOS's long $TMPDIR can
-// exceed it. On Windows the holder's pipe has a name of its own.
-func SocketPathFits(dir string) error {
-	if p := SocketPath(dir, ""); len(p) > maxSocketPath {
-		return fmt.Errorf("the exec channel's socket path %s is %d bytes, more than a unix socket takes (%d); set XDG_RUNTIME_DIR or TMPDIR to a shorter directory", p, len(p), maxSocketPath)
-	}
-	return nil
-}
 
 // Holder serves one Conn on a listener.
 type Holder struct {
@@ -73,7 +36,7 @@ type Holder struct {
 
 	active   atomic.Int64
 	lastUsed atomic.Int64 // unix nanoseconds
-	stop     chan string
+	stop     chan End
 	// closing is set once the holder has decided to end (a shutdown asked
 	// for, idle, the channel down): from then on it takes no command, so
 	// none it accepted is cut by its ending. mu orders it with a command's
@@ -82,14 +45,59 @@ type Holder struct {
 	closing bool
 }
 
+// EndKind is why a holder ended.
+type EndKind int
+
+// The reasons a holder ends.
+const (
+	EndSignalled    EndKind = iota + 1 // its context ended (a signal)
+	EndChannelDown                     // the agent's channel ended (End.Err says why)
+	EndAsked                           // a client asked it to shut down (stop, down)
+	EndIdle                            // no command for its idle time
+	EndSocketGone                      // its socket file was removed or replaced
+	EndAcceptFailed                    // accepting on its socket failed (End.Err)
+)
+
+// End is why a holder ended, with the error behind it where there is one.
+type End struct {
+	Kind EndKind
+	Err  error
+	Idle time.Duration // EndIdle: the idle time
+}
+
+func (e End) String() string {
+	switch e.Kind {
+	case EndSignalled:
+		return "signalled"
+	case EndChannelDown:
+		return fmt.Sprintf("the agent's channel ended: %v", e.Err)
+	case EndAsked:
+		return "asked to shut down"
+	case EndIdle:
+		return fmt.Sprintf("idle for %s", e.Idle)
+	case EndSocketGone:
+		return "its socket was removed or replaced"
+	case EndAcceptFailed:
+		return fmt.Sprintf("accepting on the socket failed: %v", e.Err)
+	}
+	return "ended"
+}
+
+// Orderly says the holder ended as holders are meant to (idle, asked, its
+// socket taken over), leaving nothing a user would look into: its log can
+// go.
+func (e End) Orderly() bool {
+	return e.Kind == EndIdle || e.Kind == EndAsked || e.Kind == EndSocketGone
+}
+
 // Serve runs until the holder is idle, the agent's channel goes down, a
 // client asks for shutdown or ctx ends; it returns why. It closes the
 // listener (removing the socket) and the Conn (ending the agent).
-func (h *Holder) Serve(ctx context.Context) string {
+func (h *Holder) Serve(ctx context.Context) End {
 	if h.Log == nil {
 		h.Log = slog.New(slog.DiscardHandler)
 	}
-	h.stop = make(chan string, 1)
+	h.stop = make(chan End, 1)
 	h.lastUsed.Store(time.Now().UnixNano())
 	var sock os.FileInfo
 	if h.Path != "" {
@@ -98,15 +106,15 @@ func (h *Holder) Serve(ctx context.Context) string {
 	go h.accept(ctx)
 	tick := time.NewTicker(min(h.Idle/4+time.Millisecond, time.Second))
 	defer tick.Stop()
-	var why string
+	var why End
 loop:
 	for {
 		select {
 		case <-ctx.Done():
-			why = "signalled"
+			why = End{Kind: EndSignalled}
 			break loop
 		case <-h.Conn.Done():
-			why = fmt.Sprintf("the agent's channel ended: %v", h.Conn.Err())
+			why = End{Kind: EndChannelDown, Err: h.Conn.Err()}
 			break loop
 		case why = <-h.stop:
 			break loop
@@ -116,12 +124,12 @@ loop:
 			h.closing = h.closing || idle
 			h.mu.Unlock()
 			if idle {
-				why = fmt.Sprintf("idle for %s", h.Idle)
+				why = End{Kind: EndIdle, Idle: h.Idle}
 				break loop
 			}
 			if sock != nil {
 				if now, err := os.Stat(h.Path); err != nil || !os.SameFile(sock, now) {
-					why = "its socket was removed or replaced"
+					why = End{Kind: EndSocketGone}
 					keepSocketFile(h.Listener) // not ours any more
 					break loop
 				}
@@ -143,7 +151,7 @@ func (h *Holder) endCommands() {
 
 // shutdown ends the holder: at once for new commands (closing), then
 // through Serve's loop.
-func (h *Holder) shutdown(why string) {
+func (h *Holder) shutdown(why End) {
 	h.endCommands()
 	select {
 	case h.stop <- why:
@@ -156,7 +164,7 @@ func (h *Holder) accept(ctx context.Context) {
 		nc, err := h.Listener.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				h.shutdown(fmt.Sprintf("accepting on the socket failed: %v", err))
+				h.shutdown(End{Kind: EndAcceptFailed, Err: err})
 			}
 			return
 		}
@@ -188,6 +196,9 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 		}
 	}()
 	if err != nil {
+		if !errors.Is(err, io.EOF) { // EOF: a client that only asked whether this holder serves (Alive)
+			h.Log.Warn("a client's first frame could not be read; its command was not run", "error", err)
+		}
 		return
 	}
 	// Stdin frames come from a pool and go back to it once copied on
@@ -195,19 +206,24 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 	r := wire.NewReader(io.MultiReader(bytes.NewReader(first), nc)).PoolPayloads()
 	f, err := r.Read()
 	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			h.Log.Warn("a client's start frame is malformed; its command was not run", "error", err)
+		}
 		return
 	}
 	_ = nc.SetReadDeadline(time.Time{})
 	switch f.Type {
 	case wire.TShutdown:
-		h.shutdown("asked to shut down")
+		h.shutdown(End{Kind: EndAsked})
 		return
 	case wire.TStart:
 	default:
+		h.Log.Warn("a client sent a frame that is not a command; closed", "type", f.Type.String())
 		return
 	}
 	var st wire.Start
-	if wire.Decode(f, &st) != nil {
+	if err := wire.Decode(f, &st); err != nil {
+		h.Log.Warn("a client's start frame is malformed; its command was not run", "error", err)
 		return
 	}
 	h.mu.Lock()
@@ -417,264 +433,10 @@ func (f frameWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// RunVia runs req through the holder listening at socket. ErrNotDelivered
-// means no holder took the command (none is there, or its channel is
-// down): run it another way. After the command was sent, a broken
-// connection is a *BrokenError: it may have run.
-func RunVia(ctx context.Context, socket string, req Request) (_ Result, err error) {
-	var h wire.Hello
-	defer func() { // a broken command says when the holder's agent answered
-		var be *BrokenError
-		if errors.As(err, &be) && be.AgentSince.IsZero() && h.AgentSinceMS > 0 {
-			be.AgentSince = time.UnixMilli(h.AgentSinceMS)
-		}
-	}()
-	nc, err := dial(ctx, socket)
-	if err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
-	}
-	defer nc.Close()
-	w := wire.NewWriter(nc)
-	// Small: a client reads the hello, the exit and, from a holder that
-	// did not take its files, output frames (read past the buffer).
-	r := wire.NewReaderSize(nc, 4<<10)
-	// The command goes out at once, not after the holder's hello: a round
-	// trip less on every command. The peer check has proved the socket is
-	// this user's, and a holder of another protocol listens under another
-	// name (SocketPath). A holder takes a command only after its hello, so
-	// the hello says what became of it.
-	req.Start.Stdin = req.Stdin != nil
-	if err := sendStart(nc, w, &req); err != nil {
-		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
-	}
-	if req.AfterSend != nil {
-		// A signal that ends this process before its handlers are in
-		// closes the connection: the holder kills the command.
-		req.AfterSend()
-	}
-	_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	f, err := r.Read()
-	switch {
-	case err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
-		// Closed without a hello (its peer check, or it is gone): it never
-		// read the command.
-		return Result{}, fmt.Errorf("%w: the holder did not greet (%v)", ErrNotDelivered, err)
-	case err != nil:
-		return Result{}, &BrokenError{Err: fmt.Errorf("the holder did not greet within 5s of the command (%w)", err)}
-	case f.Type != wire.THello || wire.DecodeHello(f.Payload, &h) != nil || h.Proto != wire.Proto:
-		return Result{}, &BrokenError{Err: fmt.Errorf("the holder greeted in another protocol (frame %d)", f.Type)}
-	case h.Down:
-		// Its channel is down, or it is ending: it closes without
-		// reading the command.
-		return Result{}, fmt.Errorf("%w: the holder's channel is down", ErrNotDelivered)
-	}
-	_ = nc.SetReadDeadline(time.Time{})
-	if req.Stdin != nil {
-		go func() {
-			// Frames of wire.Chunk (io.Copy would read 32 KiB at a
-			// time, and *os.File's WriteTo would pick that size).
-			_, err := io.CopyBuffer(frameWriter{w, wire.TStdin}, struct{ io.Reader }{req.Stdin}, make([]byte, wire.Chunk))
-			if err == nil {
-				_ = w.Write(wire.TStdinEOF, 0, nil)
-			}
-		}()
-	}
-	// The frames are read here, not in a goroutine of their own (one
-	// hand-over fewer at the end of every command). An interruption sends
-	// the kill from context.AfterFunc's goroutine and bounds the wait for
-	// its confirmation with a read deadline.
-	var interrupted atomic.Bool
-	stop := context.AfterFunc(ctx, func() {
-		interrupted.Store(true)
-		_ = nc.SetReadDeadline(time.Now().Add(KillWait + time.Second))
-		_ = w.Write(wire.TSignal, 0, []byte{byte(syscall.SIGKILL)})
-	})
-	defer stop()
-	var res Result
-	for {
-		f, err := r.Read()
-		if err != nil {
-			res.Interrupted = interrupted.Load()
-			if res.Interrupted && errors.Is(err, os.ErrDeadlineExceeded) {
-				return res, &BrokenError{Err: fmt.Errorf("the holder did not confirm the kill within %s", KillWait)}
-			}
-			return res, &BrokenError{Err: fmt.Errorf("the holder went away: %w", err)}
-		}
-		switch f.Type {
-		case wire.TStdout, wire.TStderr:
-			out := req.Stdout
-			if f.Type == wire.TStderr {
-				out = req.Stderr
-			}
-			if out != nil {
-				_, _ = out.Write(f.Payload)
-			}
-			continue
-		case wire.TExit:
-		default:
-			continue
-		}
-		res.Interrupted = interrupted.Load()
-		var e wire.Exit
-		if err := wire.DecodeExit(f.Payload, &e); err != nil {
-			return res, &BrokenError{Err: err}
-		}
-		res.Code, res.Killed, res.Session = e.Code, e.Killed, e.Session
-		if e.WriteFailed != "" {
-			res.Interrupted = true
-			res.WriteErr = &WriteError{Stream: e.WriteFailed, Err: e.WriteError, BrokenPipe: e.BrokenPipe}
-		}
-		switch {
-		case e.NotDelivered:
-			return res, fmt.Errorf("%w: %s", ErrNotDelivered, e.Error)
-		case e.Error != "":
-			return res, &BrokenError{Err: errors.New(e.Error)}
-		}
-		return res, nil
-	}
-}
-
-// sendStart sends req's Start frame, passing the caller's stdout and
-// stderr files with it when it has both (the holder then writes to them
-// itself). A holder that does not take them receives none (the kernel
-// closes what a plain read leaves) and sends the output in frames.
-func sendStart(nc net.Conn, w *wire.Writer, req *Request) error {
-	uc, ok := nc.(*net.UnixConn)
-	if req.StdoutFile == nil || req.StderrFile == nil || !canPassFiles || !ok {
-		return w.Write(wire.TStart, 0, wire.EncodeStart(req.Start))
-	}
-	st := req.Start
-	st.FDs = []string{"stdout", "stderr"}
-	var frame bytes.Buffer
-	if err := wire.NewWriter(&frame).Write(wire.TStart, 0, wire.EncodeStart(st)); err != nil {
-		return err
-	}
-	// The descriptors through RawConn, not Fd, which would make a
-	// non-blocking one blocking (and the caller's caller's with it).
-	var err error
-	cerr := withFD(req.StdoutFile, func(out int) {
-		err = withFD(req.StderrFile, func(errFD int) {
-			var n int
-			n, _, err = uc.WriteMsgUnix(frame.Bytes(), unixRights(out, errFD), nil)
-			if err == nil && n < frame.Len() {
-				_, err = nc.Write(frame.Bytes()[n:])
-			}
-		})
-	})
-	return errors.Join(cerr, err)
-}
-
-// withFD runs fn with f's descriptor, valid for the call.
-func withFD(f *os.File, fn func(fd int)) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	return rc.Control(func(fd uintptr) { fn(int(fd)) })
-}
-
-// Shutdown asks the holder at socket to end (stop and down do, so no
-// holder outlives its sandbox by its idle time). No holder: nothing to do.
-func Shutdown(ctx context.Context, socket string) {
-	nc, err := dial(ctx, socket)
-	if err != nil {
-		return
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(2 * time.Second))
-	r := wire.NewReader(nc)
-	if f, err := r.Read(); err != nil || f.Type != wire.THello {
-		return
-	}
-	_ = wire.NewWriter(nc).Write(wire.TShutdown, 0, nil)
-	_, _ = r.Read() // wait for the holder to hang up
-}
-
-// Alive reports whether a holder of this protocol answers at socket with
-// its channel up (another version's holder serves nobody of this one).
-func Alive(socket string, wait time.Duration) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	nc, err := dial(ctx, socket)
-	if err != nil {
-		return false
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(wait))
-	f, err := wire.NewReader(nc).Read()
-	var h wire.Hello
-	return err == nil && f.Type == wire.THello && wire.DecodeHello(f.Payload, &h) == nil && !h.Down && h.Proto == wire.Proto
-}
-
-// unavailableFor is how long a holder's verdict that the agent cannot run
-// in a sandbox stops hsbx from trying again.
-const unavailableFor = 10 * time.Minute
-
-// dial connects to the holder at socket and proves, before anything is
-// sent, that the listener is this user's (peer credentials): a socket
-// someone else put there never receives a command or its environment.
-func dial(ctx context.Context, socket string) (net.Conn, error) {
-	nc, err := dialSocket(ctx, socket)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkPeer(nc); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("refusing the holder at %s: %w", socket, err)
-	}
-	return nc, nil
-}
-
-// MarkUnavailable records why no holder can serve socket's sandbox (in
-// the socket's checked directory, never through a link).
-func MarkUnavailable(socket, reason string) {
-	f, err := privdir.OpenFile(socket+".unavailable", os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if f.Truncate(0) == nil {
-		_, _ = f.WriteString(reason)
-	}
-}
-
-// UnavailableReason is a recent MarkUnavailable verdict for socket.
-func UnavailableReason(socket string) (string, bool) {
-	f, err := privdir.OpenFile(socket+".unavailable", os.O_RDONLY, 0)
-	if err != nil {
-		return "", false
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || time.Since(fi.ModTime()) > unavailableFor {
-		return "", false
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4<<10))
-	if err != nil {
-		return "", false
-	}
-	return strings.TrimSpace(string(b)), true
-}
-
 // unixMilli is t in unix milliseconds, 0 for the zero time.
 func unixMilli(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}
 	return t.UnixMilli()
-}
-
-// Holders is how the hsbx command shares a channel between its processes
-// (sandbox.Config.Holders): the private directory of the holders' sockets
-// and how to start a holder (a detached hsbx).
-type Holders struct {
-	Dir   string
-	Start func(HolderSpec)
-}
-
-// HolderSpec is what a holder process needs to serve one sandbox.
-type HolderSpec struct {
-	Socket string
-	ID     string // the verified container id
-	User   string // exec --user for the agent ("" = the container's)
 }

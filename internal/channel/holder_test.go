@@ -234,13 +234,13 @@ func TestRunViaInterruptWhileInputWaits(t *testing.T) {
 // the socket stays open after the request, as it does for a moment.
 func TestHolderEndingTakesNoCommand(t *testing.T) {
 	ln, sock := listenSocket(t, "h.sock")
-	h := &Holder{Conn: pair(t), Listener: ln, Idle: time.Minute, stop: make(chan string, 1)}
+	h := &Holder{Conn: pair(t), Listener: ln, Idle: time.Minute, stop: make(chan End, 1)}
 	h.Log = slog.New(slog.DiscardHandler)
 	ctx := context.Background()
 	go h.accept(ctx)
 	Shutdown(ctx, sock)
-	if why := <-h.stop; why != "asked to shut down" {
-		t.Fatalf("stop: %q", why)
+	if why := <-h.stop; why.Kind != EndAsked {
+		t.Fatalf("stop: %v", why)
 	}
 	var out bytes.Buffer
 	_, err := RunVia(ctx, sock, Request{Start: wire.Start{Argv: []string{"echo", "ran"}}, Stdout: &out})
