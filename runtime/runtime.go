@@ -198,6 +198,33 @@ type Info struct {
 // "1", podman "v1"), where a rootless engine cannot enforce limits.
 func (i Info) CgroupsV1() bool { return i.CgroupVersion == "1" || i.CgroupVersion == "v1" }
 
+// Capabilities is what an engine can do where engines differ: the
+// lifecycle asks this, not which engine it is, so a new engine is a new
+// runtime package reporting its own.
+type Capabilities struct {
+	// StopKeeps: a stopped container keeps its filesystem and can be
+	// started again (docker, podman); a Pod is deleted by stop.
+	StopKeeps bool
+	// HostDirs: containers bind host directories, so a persistent
+	// sandbox's /workspace and /root live on the host; without, they live
+	// in a claim (RunSpec.Claims), which down removes (ClaimRemover).
+	HostDirs bool
+	// Pulls: hsbx pulls a missing image itself (Pull) before it creates;
+	// without, the engine's nodes pull what they need.
+	Pulls bool
+	// CopyReachesMemoryMounts: the engine's copy reaches a running
+	// container's tmpfs mounts (podman, kubectl's tar); docker's writes
+	// beneath them.
+	CopyReachesMemoryMounts bool
+	// ExecEnvInBand: exec's environment values travel inside the exec's
+	// own stream (kubectl: on its stdin), never in the client's
+	// environment, so names the client reads itself cannot steer it.
+	ExecEnvInBand bool
+	// StorageLeftovers: a killed create can leave storage holding the
+	// name that no listing shows (podman); see StorageRemover.
+	StorageLeftovers bool
+}
+
 // Runtime is a container engine driven through its CLI. Every method that
 // talks to the engine takes a context and is bounded by a timeout. Errors
 // wrap the sentinels in errors.go and carry the engine's own message.
@@ -206,6 +233,8 @@ type Runtime interface {
 	Dialect() Dialect
 	// Binary is the path of the engine CLI.
 	Binary() string
+	// Capabilities says what the engine can do where engines differ.
+	Capabilities() Capabilities
 	// Endpoint names the engine this runtime reaches, for what a host
 	// keeps per engine (the container it verified for a sandbox key): the
 	// dialect, the binary and what in the client's environment and

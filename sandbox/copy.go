@@ -158,7 +158,7 @@ func (s *Sandbox) copying(ctx context.Context, create bool, p string, do func(id
 		return err
 	}
 	viaAgent := false
-	if m, ok := s.memoryMount(p); ok && (s.rt().Dialect() == runtime.Docker || c.State != runtime.StateRunning) {
+	if m, ok := s.memoryMount(p); ok && (!s.rt().Capabilities().CopyReachesMemoryMounts || c.State != runtime.StateRunning) {
 		if c.State != runtime.StateRunning || !s.m.c.Channel {
 			why := "the sandbox is not running (a stopped sandbox's memory holds nothing)"
 			if c.State == runtime.StateRunning {

@@ -327,7 +327,7 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	mounts, err := s.mounts(host)
+	mounts, err := s.mounts()
 	if err != nil {
 		return "", err
 	}
@@ -378,7 +378,7 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 			return "", s.checkNameOwner(ctx, name, err)
 		}
 		s.cleanupAttempt(ctx, nonce)
-		if errors.Is(err, runtime.ErrImageNotFound) && !pulled && s.rt().Dialect() != runtime.Kubectl {
+		if errors.Is(err, runtime.ErrImageNotFound) && !pulled && s.rt().Capabilities().Pulls {
 			// The image went since it was last seen (a cached fact, or an
 			// rmi between the look and the create): pull it, then once more.
 			s.m.forgetImage(spec.Image)
@@ -422,7 +422,7 @@ func (s *Sandbox) checkNameOwner(ctx context.Context, name string, inUse error) 
 // --storage` would remove a listed container too.
 func (s *Sandbox) clearStorageLeftover(ctx context.Context, name string) {
 	sr, ok := s.rt().(runtime.StorageRemover)
-	if !ok || s.rt().Dialect() != runtime.Podman {
+	if !ok || !s.rt().Capabilities().StorageLeftovers {
 		return
 	}
 	now := time.Now()
@@ -516,12 +516,12 @@ func (s *Sandbox) hostBase() string {
 // SandboxDir (TERMINAL_SANDBOX_DIR) when set, so both tools see the same
 // files for a task, else hsbx's own under the state dir. On Kubernetes
 // there are no host dirs: the key's claim is named for the key.
-func (s *Sandbox) mounts(h engineHost) (mountPaths, error) {
+func (s *Sandbox) mounts() (mountPaths, error) {
 	m := mountPaths{CallerCwd: s.m.c.Cwd}
 	if !s.spec.Persistent {
 		return m, nil
 	}
-	if h.Dialect == runtime.Kubectl {
+	if !s.rt().Capabilities().HostDirs {
 		m.Claim = s.key.Name()
 		return m, nil
 	}

@@ -128,7 +128,7 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 	// cannot travel in the client's environment, as values do on the
 	// plain path: only the channel (values in its frames, to the agent)
 	// or kubectl (values on its stdin) can carry it.
-	if steer != "" && s.rt().Dialect() == runtime.Kubectl {
+	if steer != "" && s.rt().Capabilities().ExecEnvInBand {
 		steer = ""
 	}
 	if steer != "" && !s.usesChannel(c) {

@@ -36,7 +36,7 @@ func (s *Sandbox) Stop(ctx context.Context) (StopResult, error) {
 			if err := s.rt().Stop(ctx, c.ID, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				return res, fmt.Errorf("stopping sandbox %s: %w", c.Name, err)
 			}
-			if s.rt().Dialect() == runtime.Kubectl {
+			if !s.rt().Capabilities().StopKeeps {
 				s.forget(c.ID) // a stopped Pod is a deleted one: its id is gone for good
 			}
 		}
@@ -81,7 +81,7 @@ func (s *Sandbox) Down(ctx context.Context) (Removed, error) {
 		removeMarker(s.engineDir())
 		s.sayIfRecreated(ctx, cs)
 	}
-	if cr, ok := s.rt().(runtime.ClaimRemover); ok && s.rt().Dialect() == runtime.Kubectl {
+	if cr, ok := s.rt().(runtime.ClaimRemover); ok && !s.rt().Capabilities().HostDirs {
 		claims, err := cr.RemoveClaims(ctx, runtime.Claim{Name: s.key.Name(), Labels: s.key.Labels()})
 		r.Claims = claims
 		switch {
@@ -147,7 +147,7 @@ func (s *Sandbox) teardownSet(ctx context.Context) ([]runtime.Container, error) 
 // next sandbox of the key sees the same files; PurgeHostDirs removes them.
 func (s *Sandbox) HostDirs() []string {
 	base := s.hostBase()
-	if base == "" || s.rt().Dialect() == runtime.Kubectl {
+	if base == "" || !s.rt().Capabilities().HostDirs {
 		return nil
 	}
 	var out []string

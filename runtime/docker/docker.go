@@ -202,6 +202,12 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // StaleExecSessions implements enginecli.Dialect: docker drops an exec session when it ends, started or not (measured on 20.10).
 func (Dialect) StaleExecSessions() bool { return false }
 
+// Capabilities implements enginecli.Dialect: docker's cp writes beneath a
+// running container's tmpfs mounts, not into them.
+func (Dialect) Capabilities() runtime.Capabilities {
+	return runtime.Capabilities{StopKeeps: true, HostDirs: true, Pulls: true}
+}
+
 // RunGrace implements enginecli.Dialect: the daemon carries out a run
 // whatever happens to its client, and the client passes a SIGTERM on to
 // the container it is starting (measured: the sandbox then exits), so a

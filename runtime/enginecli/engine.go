@@ -69,6 +69,8 @@ type Dialect interface {
 	// StaleExecSessions says inspect's ExecIDs may hold sessions that are
 	// not running (podman 4.3 keeps those that failed to start).
 	StaleExecSessions() bool
+	// Capabilities is what the engine can do where engines differ.
+	Capabilities() runtime.Capabilities
 	// RunGrace is how long a cancelled or timed-out `run` is given to
 	// finish after SIGTERM rather than being SIGKILLed (0: killed at
 	// once). See proc.Cmd.Graceful.
@@ -146,6 +148,9 @@ func (e *Engine) Binary() string { return e.bin }
 
 // CallTimeout implements runtime.Runtime.
 func (e *Engine) CallTimeout() time.Duration { return e.timeout }
+
+// Capabilities implements runtime.Runtime: the dialect's.
+func (e *Engine) Capabilities() runtime.Capabilities { return e.d.Capabilities() }
 
 // Endpoint implements runtime.Runtime: the dialect, the binary, the
 // variables both clients read to pick a daemon, and for docker the

@@ -53,6 +53,14 @@ func (r *Runtime) Binary() string { return r.bin }
 // CallTimeout implements runtime.Runtime.
 func (r *Runtime) CallTimeout() time.Duration { return r.timeout }
 
+// Capabilities implements runtime.Runtime: a Pod is deleted by stop, keeps
+// its files in a claim, gets its image from the kubelet; kubectl's copy
+// (tar in the Pod) reaches its memory-backed mounts, and an exec's
+// environment values ride on its stdin.
+func (r *Runtime) Capabilities() runtime.Capabilities {
+	return runtime.Capabilities{CopyReachesMemoryMounts: true, ExecEnvInBand: true}
+}
+
 // Endpoint implements runtime.Runtime: the binary, KUBECONFIG, and the
 // context and namespace (as configured: "" is the kubeconfig's current
 // context, which `kubectl config use-context` may change under it).

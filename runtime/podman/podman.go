@@ -171,6 +171,13 @@ func (Dialect) Classify(op enginecli.Op, code int, stderr string) error {
 // StaleExecSessions implements enginecli.Dialect: podman 4.3 keeps the session of an exec that failed to start (command not found, not executable, bad workdir) in ExecIDs (measured).
 func (Dialect) StaleExecSessions() bool { return true }
 
+// Capabilities implements enginecli.Dialect: podman's cp reaches a running
+// container's tmpfs mounts, and a killed run can leave a storage
+// container holding the name.
+func (Dialect) Capabilities() runtime.Capabilities {
+	return runtime.Capabilities{StopKeeps: true, HostDirs: true, Pulls: true, CopyReachesMemoryMounts: true, StorageLeftovers: true}
+}
+
 // RunGrace implements enginecli.Dialect: podman 4.3's run, SIGKILLed after
 // its runtime started the container, leaves the container's process
 // running with the record at "created" (podman ps --sync does not correct
