@@ -76,9 +76,10 @@ func (e *BusyError) Error() string {
 // Unwrap makes it ErrBusy.
 func (e *BusyError) Unwrap() error { return e.Err }
 
-// Hint says how to go on.
+// Hint says how to go on, in the Go package's terms (the hsbx command
+// gives its own).
 func (e *BusyError) Hint() string {
-	return "try again when the command has ended (`hsbx ls` shows the sandbox; a command started with exec ends with it), or `hsbx down` removes the sandbox whatever runs in it"
+	return "try again when the command has ended, or Sandbox.Down removes the sandbox whatever runs in it"
 }
 
 // DriftError says the sandbox was made from other settings and on_drift =
@@ -96,9 +97,10 @@ func (e *DriftError) Error() string {
 // Unwrap makes it ErrDrift.
 func (e *DriftError) Unwrap() error { return ErrDrift }
 
-// Hint says how to go on.
+// Hint says how to go on, in the Go package's terms (the hsbx command
+// gives its own).
 func (e *DriftError) Hint() string {
-	return "`hsbx up --recreate` replaces it with one made from these settings (/workspace and /root are kept when persistent), `hsbx down` removes it, or set on_drift = warn to use it as it is"
+	return "Sandbox.Recreate replaces it with one made from these settings (/workspace and /root are kept when persistent), Sandbox.Down removes it, or Spec.OnDrift = warn uses it as it is"
 }
 
 // configSettings are the settings a sandbox is made from, as configuration

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"maps"
 	"os"
 	"slices"
@@ -163,4 +164,25 @@ func FuzzConfigLabel(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The Go package's errors name remedies in Go terms: a program has no
+// `hsbx up --recreate` to run (the hsbx command prints its own hint).
+func TestHintsAreInGoTerms(t *testing.T) {
+	for _, e := range []interface {
+		error
+		Hint() string
+	}{
+		&DriftError{Name: "s", Settings: []string{"image"}},
+		&BusyError{Name: "s", Err: ErrBusy},
+		&NetworkModeError{Name: "s", ID: "0123456789abcdef", Mode: "bridge", Task: "t"},
+	} {
+		if h := e.Hint(); strings.Contains(h, "hsbx ") || strings.Contains(h, "`") || !strings.Contains(h, "Sandbox.") {
+			t.Errorf("%T's hint %q: want a remedy in Go terms (Sandbox.Recreate, Sandbox.Down)", e, h)
+		}
+	}
+	var se *SpecError
+	if !errors.As(&NetworkModeError{Name: "s"}, &se) || se.Setting != "network" {
+		t.Errorf("a NetworkModeError is not a *SpecError of network: %+v", se)
+	}
 }

@@ -286,8 +286,31 @@ func (s *Sandbox) checkNetwork(c runtime.Container) error {
 	if s.spec.Network || c.NetworkMode == "none" {
 		return nil
 	}
-	return &SpecError{Setting: "network", Msg: fmt.Sprintf("network is off, but the existing sandbox %s (%.12s) has network mode %q; run `hsbx up --recreate --task %s` to replace it with an air-gapped one (or `hsbx down --task %s`), or set network = true",
-		c.Name, c.ID, c.NetworkMode, s.key.Task, s.key.Task)}
+	return &NetworkModeError{Name: c.Name, ID: c.ID, Mode: c.NetworkMode, Task: s.key.Task}
+}
+
+// NetworkModeError says network is off but the key's existing sandbox has
+// a network (made before, or by a tool that ignored the setting): it is
+// not used, and hsbx does not remove it (it may hold work). It is a
+// *SpecError for the setting network too.
+type NetworkModeError struct {
+	Name, ID, Mode string
+	Task           string // the sandbox's task
+}
+
+func (e *NetworkModeError) Error() string {
+	return fmt.Sprintf("network: network is off, but the existing sandbox %s (%.12s) has network mode %q", e.Name, e.ID, e.Mode)
+}
+
+// Unwrap makes it a *SpecError of the setting network.
+func (e *NetworkModeError) Unwrap() error {
+	return &SpecError{Setting: "network", Msg: fmt.Sprintf("network is off, but the existing sandbox %s has network mode %q", e.Name, e.Mode)}
+}
+
+// Hint says how to go on, in the Go package's terms (the hsbx command
+// gives its own).
+func (e *NetworkModeError) Hint() string {
+	return "Sandbox.Recreate replaces it with an air-gapped one (Sandbox.Down removes it), or set Spec.Network"
 }
 
 // backoff grows from ~50ms to ~1s, jittered so racing processes spread out.

@@ -487,7 +487,7 @@ func report(ctx context.Context, w io.Writer, err error, asJSON bool) int {
 	if errors.As(err, &ee) && ee.err == nil {
 		return ee.code
 	}
-	code, hint := exitCode(ctx, err), runtime.Hint(err)
+	code, hint := exitCode(ctx, err), cliHint(err)
 	if asJSON {
 		reportJSON(w, errorKind(ctx, err), err.Error(), hint, code)
 		return code
@@ -506,4 +506,22 @@ func exitCode(ctx context.Context, err error) int {
 	}
 	_, code := classify(ctx, err)
 	return code
+}
+
+// cliHint is the fix printed for err: the hsbx command's own words where
+// the Go package's error names a remedy in Go terms (Sandbox.Recreate),
+// else the error's hint (runtime.Hint).
+func cliHint(err error) string {
+	var de *sandbox.DriftError
+	var be *sandbox.BusyError
+	var ne *sandbox.NetworkModeError
+	switch {
+	case errors.As(err, &de):
+		return "`hsbx up --recreate` replaces it with one made from these settings (/workspace and /root are kept when persistent), `hsbx down` removes it, or set on_drift = warn to use it as it is"
+	case errors.As(err, &be):
+		return "try again when the command has ended (`hsbx ls` shows the sandbox), or `hsbx down` removes it whatever runs in it"
+	case errors.As(err, &ne):
+		return fmt.Sprintf("`hsbx up --recreate --task %s` replaces it with an air-gapped one (`hsbx down --task %s` removes it), or set network = true", ne.Task, ne.Task)
+	}
+	return runtime.Hint(err)
 }
