@@ -74,8 +74,14 @@ func (m *Manager) holderSocket(id, user string) string {
 // endpointVars choose which engine a client reaches: a holder serves one.
 var endpointVars = []string{"DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "CONTAINER_HOST", "CONTAINER_CONNECTION", "CONTAINERS_CONF"}
 
-// execChannel runs c through the channel to container target. ok false:
-// the command was not sent (no channel here); run it the plain way.
+// errNotReached: the command never reached hsbx's agent (no channel here,
+// or one that took nothing), so it did not run: take the plain path. It is
+// the only outcome of the channel that lets a command go another way; every
+// other error is the command's end.
+var errNotReached = errors.New("the command did not reach hsbx's agent")
+
+// execChannel runs c through the channel to container target;
+// errNotReached when it was not sent (run it the plain way).
 //
 // In-process, a command whose agent was gone before it was sent (the
 // sandbox restarted behind the program's back, and the channel had not
@@ -84,28 +90,29 @@ var endpointVars = []string{"DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "C
 // channel down until the next command. A holder (the CLI) that served a
 // gone agent has ended; the CLI takes the plain path and starts another.
 // c's stdin goes to each try from its first byte (stdinTap).
-func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env map[string]string) (code int, err error, ok bool) {
+func (s *Sandbox) execChannel(ctx context.Context, target string, c Command, env map[string]string) (int, error) {
 	if c.Stdin != nil && c.tap == nil {
 		c.tap = newStdinTap(c.Stdin)
 	}
 	for try := 0; ; try++ {
 		run, opened, ok := s.channelRunner(ctx, target)
 		if !ok {
-			return 0, nil, false
+			return 0, errNotReached
 		}
-		code, err, ok = s.sendOnChannel(ctx, target, c, env, run, opened)
+		code, err := s.sendOnChannel(ctx, target, c, env, run, opened)
 		switch {
-		case ok:
-			return code, err, true
+		case !errors.Is(err, errNotReached):
+			return code, err
 		case errors.Is(err, errAgentGoneBefore) && try == 0 && s.m.c.Holders.Dir == "":
 			continue
 		}
-		return 0, nil, false
+		return 0, errNotReached
 	}
 }
 
-// sendOnChannel runs c through run, an open way to the agent.
-func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, env map[string]string, run runFunc, opened time.Time) (code int, err error, ok bool) {
+// sendOnChannel runs c through run, an open way to the agent;
+// errNotReached (wrapping why) when the command never got there.
+func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, env map[string]string, run runFunc, opened time.Time) (int, error) {
 	defer s.markInUse()()
 	token := execToken()
 	keys := slices.Sorted(maps.Keys(env))
@@ -143,9 +150,9 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 		s.m.log.Debug("exec channel not available; plain exec", "id", target, "error", err)
 		s.dropChannel(target)
 		if err := inputLost(c); err != nil {
-			return -1, err, true
+			return -1, err
 		}
-		return 0, nil, false
+		return 0, errNotReached
 	case errors.As(err, &be):
 		s.dropChannel(target)
 		if opened.IsZero() {
@@ -155,19 +162,19 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 		if errors.Is(berr, errAgentGoneBefore) {
 			s.m.log.Debug("exec channel: its agent was gone before the command was sent; sent again", "id", target, "error", berr)
 			if err := inputLost(c); err != nil {
-				return -1, err, true
+				return -1, err
 			}
-			return 0, berr, false
+			return 0, fmt.Errorf("%w: %w", errNotReached, berr)
 		}
-		return -1, berr, true
+		return -1, berr
 	case err != nil:
-		return -1, err, true
+		return -1, err
 	case res.WriteErr != nil:
-		return -1, &InterruptedError{Cause: &WriterError{Stream: res.WriteErr.Stream, Err: res.WriteErr}, Killed: res.Killed}, true
+		return -1, &InterruptedError{Cause: &WriterError{Stream: res.WriteErr.Stream, Err: res.WriteErr}, Killed: res.Killed}
 	case res.Interrupted:
-		return -1, &InterruptedError{Cause: context.Cause(execCtx), Killed: res.Killed}, true
+		return -1, &InterruptedError{Cause: context.Cause(execCtx), Killed: res.Killed}
 	}
-	return res.Code, nil, true
+	return res.Code, nil
 }
 
 // channelBroke says what became of a command whose channel broke under

@@ -204,13 +204,13 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 		out = sent
 	}
 	c, errb := agentCommand(args, stdin, out)
-	code, err, ok := s.execChannel(ctx, id, c, map[string]string{})
+	code, err := s.execChannel(ctx, id, c, map[string]string{})
 	switch {
 	case err == nil && (code == wire.ExitUseEngine || code == 2) && sent.n > 0:
 		// Only a hostile sandbox sends part of an archive and then hands
 		// the copy back: the engine's would follow it in the stream.
 		return true, fmt.Errorf("hsbx's agent handed the copy back after sending %d bytes of it", sent.n)
-	case !ok, err == nil && (code == wire.ExitUseEngine || code == 2):
+	case errors.Is(err, errNotReached), err == nil && (code == wire.ExitUseEngine || code == 2):
 		return false, nil
 	case err != nil:
 		return true, err
@@ -261,12 +261,12 @@ func (s *Sandbox) copyError(p string, err error) error {
 // serves yet.
 func (s *Sandbox) viaAgent(ctx context.Context, id string, args []string, stdin io.Reader, stdout io.Writer) error {
 	c, errb := agentCommand(args, stdin, stdout)
-	code, err, ok := s.execChannel(ctx, id, c, map[string]string{})
-	if !ok && s.awaitHolder(ctx, id) {
-		code, err, ok = s.execChannel(ctx, id, c, map[string]string{})
+	code, err := s.execChannel(ctx, id, c, map[string]string{})
+	if errors.Is(err, errNotReached) && s.awaitHolder(ctx, id) {
+		code, err = s.execChannel(ctx, id, c, map[string]string{})
 	}
 	switch {
-	case !ok:
+	case errors.Is(err, errNotReached):
 		return fmt.Errorf("%w: hsbx's agent copies there through the exec channel, which is %s", ErrMemoryPath, s.ChannelStatus(id))
 	case err != nil:
 		return err

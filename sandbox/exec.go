@@ -131,14 +131,19 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 	if steer != "" && s.rt().Capabilities().ExecEnvInBand {
 		steer = ""
 	}
-	if steer != "" && !s.usesChannel(c) {
+	// The route, chosen once: through hsbx's agent (the holder, or this
+	// process's own channel) while it takes the command, else the engine's
+	// exec. Only errNotReached — the command never got to the agent — lets
+	// a command go the other way.
+	viaAgent := s.usesChannel(c)
+	if steer != "" && !viaAgent {
 		return -1, s.steerError(steer, "the command cannot take it (a terminal, a per-process sandbox, or exec_channel = false)")
 	}
-	if c.Stdin != nil && s.usesChannel(c) {
+	if c.Stdin != nil && viaAgent {
 		c.tap = newStdinTap(c.Stdin) // a try through the channel may take some
 	}
 	target := s.warmTarget()
-	if target == "" || !s.usesChannel(c) || s.m.c.Holders.Dir == "" {
+	if target == "" || !viaAgent || s.m.c.Holders.Dir == "" {
 		s.m.beforeStart() // a holder's command is sent first (channel.Request.AfterSend)
 	}
 	var known *runtime.Container // inspected, this sandbox, not running
@@ -157,14 +162,14 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 					s.name, lost, res.ID))
 			}
 		}
-		if s.usesChannel(c) {
-			if code, err, ok := s.execChannel(ctx, target, c, env); ok {
+		if viaAgent {
+			if code, err := s.execChannel(ctx, target, c, env); !errors.Is(err, errNotReached) {
 				return code, err
 			}
 			s.m.beforeStart() // the holder did not take it: what follows may start things
 			if steer != "" {
 				if s.awaitHolder(ctx, target) {
-					if code, err, ok := s.execChannel(ctx, target, c, env); ok {
+					if code, err := s.execChannel(ctx, target, c, env); !errors.Is(err, errNotReached) {
 						return code, err
 					}
 				}
@@ -176,7 +181,7 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 			// a channel of the script's own (and the CLI starts its holder
 			// for the next one, as after a plain exec).
 			code, err, retry := s.sessionOneShot(ctx, target, c, env)
-			if !retry && s.usesChannel(c) {
+			if !retry && viaAgent {
 				s.afterPlainExec(target)
 			}
 			if !retry || attempt > 0 {
@@ -192,7 +197,7 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 			pc.Stdin = c.tap.plain()
 		}
 		code, err := s.execOnce(ctx, target, pc, env)
-		if err == nil && s.usesChannel(c) {
+		if err == nil && viaAgent {
 			s.afterPlainExec(target)
 		}
 		if err == nil && code == 137 {

@@ -194,7 +194,12 @@ func (s *Sandbox) sessionOneShot(ctx context.Context, target string, c Command, 
 		return -1, fmt.Errorf("sessions need hsbx's agent in the sandbox, and it could not start: %w", err), false
 	}
 	defer conn.Close()
-	code, err, _ = s.sendOnChannel(ctx, target, c, env, conn.Run, time.Now())
+	code, err = s.sendOnChannel(ctx, target, c, env, conn.Run, time.Now())
+	if errors.Is(err, errNotReached) {
+		// A channel opened for it that took nothing: the script did not run
+		// (it read as a success with status 0 before).
+		return -1, fmt.Errorf("%w: the session's script did not reach hsbx's agent through the channel opened for it: %v", runtime.ErrEngine, err), false
+	}
 	return code, err, false
 }
 
