@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 
@@ -533,6 +534,11 @@ func (c *Config) Validate() error {
 	}{{"profile", c.Profile}, {"task", c.Task}} {
 		if strings.TrimSpace(s.set.Value) == "" {
 			return &Error{Source: s.set.Source, Key: s.key, Msg: "empty; name one"}
+		}
+		if !utf8.ValidString(s.set.Value) {
+			// The engines turn other bytes into U+FFFD in labels: the name
+			// would read back as another, and one name get two sandboxes.
+			return &Error{Source: s.set.Source, Key: s.key, Msg: fmt.Sprintf("%q is not valid UTF-8; name it in UTF-8 text", s.set.Value)}
 		}
 	}
 	if c.EngineTimeout.Value <= 0 {

@@ -48,6 +48,9 @@ func (s *Sandbox) Recreate(ctx context.Context) (Result, error) { return s.ensur
 // inspected and found to be this sandbox, not running (nil: none), so no
 // call is spent finding it again; force replaces what it finds (Recreate).
 func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container, force bool) (Result, error) {
+	if err := s.key.Validate(); err != nil {
+		return Result{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forceRecreate = force

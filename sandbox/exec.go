@@ -117,6 +117,9 @@ func (e *StoppedDuringExecError) Unwrap() error { return runtime.ErrNotRunning }
 // sandbox that stopped after the exec began may have run the command:
 // that is a *StoppedDuringExecError, never a second run.
 func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
+	if err := s.key.Validate(); err != nil {
+		return -1, err // before the warm path: its marker is under the key's hash
+	}
 	if c.WorkDir != "" && !strings.HasPrefix(c.WorkDir, "/") {
 		c.WorkDir = path.Join(s.workDir(), c.WorkDir) // as cp takes a relative path
 	}

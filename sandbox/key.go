@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -70,6 +71,19 @@ type Key struct {
 	Profile string
 	Task    string
 	Shared  string
+}
+
+// Validate says whether k can name a sandbox: its names must be valid
+// UTF-8. Labels are JSON strings to the engines, which turn other bytes
+// into U+FFFD, so "k\xff" would read back as another name than it was
+// made under (a second sandbox for one name).
+func (k Key) Validate() error {
+	for _, n := range []struct{ setting, v string }{{"profile", k.Profile}, {"task", k.Task}, {"shared_container_key", k.Shared}} {
+		if !utf8.ValidString(n.v) {
+			return &SpecError{Setting: n.setting, Msg: fmt.Sprintf("%q is not valid UTF-8; name it in UTF-8 text", n.v)}
+		}
+	}
+	return nil
 }
 
 // Scope is the set of sandboxes a profile (or a shared key) owns: what ls

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -86,5 +87,26 @@ func TestHermesLabels(t *testing.T) {
 func TestNonceLabelIsTheKubectlRuntimes(t *testing.T) {
 	if LabelNonce != kubectl.NonceLabel {
 		t.Fatalf("sandbox.LabelNonce %q != kubectl.NonceLabel %q: the kubectl runtime deletes finished Pods by it", LabelNonce, kubectl.NonceLabel)
+	}
+}
+
+// A key's names must be UTF-8: the engines turn other bytes into U+FFFD in
+// labels, so the name would read back as another.
+func TestKeyValidate(t *testing.T) {
+	for _, tc := range []struct {
+		k  Key
+		ok bool
+	}{
+		{Key{Profile: "p", Task: "t"}, true},
+		{Key{Profile: "p", Task: "ünï/cödé,=x"}, true},
+		{Key{Profile: "p", Task: "k\xff"}, false},
+		{Key{Profile: "p\xfe", Task: "t"}, false},
+		{Key{Shared: "s\xff", Task: "t"}, false},
+	} {
+		err := tc.k.Validate()
+		var se *SpecError
+		if (err == nil) != tc.ok || (err != nil && !errors.As(err, &se)) {
+			t.Errorf("%+v: %v, want ok %v (a *SpecError when not)", tc.k, err, tc.ok)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/alecthomas/kong"
 	"golang.org/x/term"
@@ -374,6 +375,19 @@ func Main(ctx context.Context, env Env) int {
 // the setting flags given and how to run it — or an exit code (>= 0) when
 // it is done already (help, version, a usage error, reported).
 func parseCommand(env Env) (g *Globals, command string, flags []config.Flag, run func(context.Context, *App) error, code int) {
+	if bad, ok := notUTF8(env.Args); ok {
+		// kong reads arguments as text and turns other bytes into U+FFFD,
+		// while exec's fast path kept them: one task name was two keys.
+		env.awaitReady()
+		msg := fmt.Sprintf("argument %q is not valid UTF-8", bad)
+		const hint = "hsbx's own arguments (before --) must be UTF-8 text; a command's arguments after -- go through as they are"
+		if wantsJSON(env.Args) {
+			reportJSON(env.Stderr, "usage", msg, hint, ExitUsage)
+		} else {
+			fmt.Fprintf(env.Stderr, "hsbx: %s\n  hint: %s\n", safe(msg), hint)
+		}
+		return nil, "", nil, nil, ExitUsage
+	}
 	if fg, fc, ok := fastExec(env.Args); ok {
 		return &fg, "exec", append(fg.flags(), fc.settingFlags()...), fc.Run, -1
 	}
@@ -524,4 +538,17 @@ func cliHint(err error) string {
 		return fmt.Sprintf("`hsbx up --recreate --task %s` replaces it with an air-gapped one (`hsbx down --task %s` removes it), or set network = true", ne.Task, ne.Task)
 	}
 	return runtime.Hint(err)
+}
+
+// notUTF8 finds an argument before "--" that is not valid UTF-8.
+func notUTF8(args []string) (string, bool) {
+	for _, a := range args {
+		if a == "--" {
+			return "", false
+		}
+		if !utf8.ValidString(a) {
+			return a, true
+		}
+	}
+	return "", false
 }
