@@ -73,7 +73,7 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 		w := app.Env.Stdout
 		show := func(k, v string) {
 			if v != "" {
-				fmt.Fprintf(w, "%-10s %s\n", k+":", v)
+				fmt.Fprintf(w, "%-10s %s\n", k+":", safe(v))
 			}
 		}
 		show("runtime", string(r.Runtime))

@@ -54,7 +54,7 @@ func (c *ReapCmd) Run(ctx context.Context, app *App) error {
 			verb = "would remove"
 		}
 		for _, r := range rep.Removed {
-			fmt.Fprintf(app.Env.Stdout, "%s %.12s %s task=%s profile=%s: %s, %s old\n", verb, safe(r.ID), safe(r.Name), safe(r.Task), safe(r.Profile), r.Reason, time.Duration(r.AgeSeconds)*time.Second)
+			fmt.Fprintf(app.Env.Stdout, "%s %.12s %s task=%s profile=%s: %s, %s old\n", verb, safe(r.ID), safe(r.Name), safe(r.Task), safe(r.Profile), safe(r.Reason), time.Duration(r.AgeSeconds)*time.Second)
 		}
 		for _, e := range rep.Errors {
 			app.notice(fmt.Sprintf("could not reap %.12s: %s", safe(e.ID), safe(e.Error)))

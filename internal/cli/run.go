@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -150,11 +151,18 @@ func (c *SessionLsCmd) Run(ctx context.Context, app *App) error {
 		fmt.Fprintln(app.Env.Stdout, string(b))
 		return nil
 	}
-	tw := tabwriter.NewWriter(app.Env.Stdout, 0, 4, 2, ' ', 0)
+	return writeSessions(app.Env.Stdout, infos, time.Now())
+}
+
+// writeSessions is session ls's table. Every column is the sandbox's word
+// (its keeper answers): each is escaped, so none can colour the terminal,
+// set its title or forge a row.
+func writeSessions(w io.Writer, infos []sandbox.SessionInfo, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSHELL\tBUSY\tIDLE\tCWD")
 	for _, in := range infos {
-		idle := time.Since(time.UnixMilli(in.LastUsed)).Round(time.Second)
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", in.Name, in.Shell, in.Busy, idle, safe(in.Cwd))
+		idle := now.Sub(time.UnixMilli(in.LastUsed)).Round(time.Second)
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", safe(in.Name), safe(in.Shell), in.Busy, idle, safe(in.Cwd))
 	}
 	return tw.Flush()
 }

@@ -4,6 +4,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/sandbox"
 )
 
 func TestSafe(t *testing.T) {
@@ -75,5 +78,23 @@ func TestSafeText(t *testing.T) {
 		if got := safeText(in); got != want {
 			t.Errorf("safeText(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The third review's keeper: a process in the sandbox answering `info`
+// on a session's socket with a shell name holding a title sequence, a
+// screen clear and a forged row. session ls escaped the CWD column only;
+// now every column is the sandbox's word, escaped.
+func TestSessionTableEscapesEveryColumn(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	hostile := "\x1b]0;pwned\x07\x1b[2J\nforged  /bin/sh  false  0s  /"
+	var b strings.Builder
+	err := writeSessions(&b, []sandbox.SessionInfo{{Name: "a\x1b[31mred", Shell: hostile, Cwd: "/tmp\r\nrow", LastUsed: now.UnixMilli()}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\x07\r") || strings.Count(out, "\n") != 2 {
+		t.Errorf("session ls wrote the sandbox's bytes raw (%d lines):\n%q", strings.Count(out, "\n"), out)
 	}
 }
