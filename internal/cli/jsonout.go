@@ -92,8 +92,16 @@ func (c *capture) Write(p []byte) (int, error) {
 func (c *capture) text() (string, string) {
 	b := c.buf
 	if c.n > int64(len(b)) {
-		for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.Valid(b); i++ {
-			b = b[:len(b)-1]
+		// Only a sequence the limit cut in two is dropped: a lead byte
+		// with fewer continuation bytes than it needs, at the very end.
+		// Other bytes that are not UTF-8 make the kept bytes base64.
+		for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+			if x := b[len(b)-i]; x < 0x80 || x >= 0xC0 {
+				if x >= 0xC0 && !utf8.FullRune(b[len(b)-i:]) {
+					b = b[:len(b)-i]
+				}
+				break
+			}
 		}
 	}
 	if utf8.Valid(b) {
