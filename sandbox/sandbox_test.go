@@ -294,11 +294,19 @@ func TestSecretsNeverOnArgv(t *testing.T) {
 		spec := e.spec()
 		spec.Env = map[string]string{"API_KEY": "literal-s3cret"}
 		spec.ForwardEnv = []string{"GITHUB_TOKEN"}
+		if !e.kube() { // extra_args are docker/podman run flags
+			// extra_args' values too (they were on the client's argv)
+			spec.ExtraArgs = []string{"--env", "ARGS_KEY=args-s3cret", "-eSHORT_KEY=short-s3cret"}
+		}
 		sb := e.manager("GITHUB_TOKEN=forwarded-s3cret").Sandbox(e.key("secrets"), spec)
 		var out bytes.Buffer
-		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo $API_KEY $GITHUB_TOKEN $EXTRA"},
+		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo $API_KEY $GITHUB_TOKEN $EXTRA $ARGS_KEY $SHORT_KEY"},
 			Env: map[string]string{"EXTRA": "exec-s3cret"}, Stdout: &out})
-		if err != nil || code != 0 || out.String() != "literal-s3cret forwarded-s3cret exec-s3cret\n" {
+		want := "literal-s3cret forwarded-s3cret exec-s3cret args-s3cret short-s3cret\n"
+		if e.kube() {
+			want = "literal-s3cret forwarded-s3cret exec-s3cret\n"
+		}
+		if err != nil || code != 0 || out.String() != want {
 			t.Fatalf("exec: %d %q %v", code, out.String(), err)
 		}
 		argv := e.log.all()

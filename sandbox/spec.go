@@ -244,6 +244,35 @@ func extraNetwork(args []string) (string, bool) {
 // flagValues are the values args give the named flags, in order, in both
 // the "--flag value" and "--flag=value" forms; a flag last with no value
 // gives "".
+// moveEnvValues takes the environment values out of run flags: each
+// "-e NAME=VALUE", "--env NAME=VALUE", "--env=NAME=VALUE" or
+// "-eNAME=VALUE" is dropped from rest and its value put in vals (the
+// caller passes NAME as the other variables are: -e NAME, the value in the
+// client's environment). "-e NAME" alone, which reads the client's own
+// NAME, stays.
+func moveEnvValues(args []string) (rest []string, vals map[string]string) {
+	vals = map[string]string{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		tokens, kv := []string{a}, ""
+		switch {
+		case (a == "-e" || a == "--env") && i+1 < len(args):
+			tokens, kv = []string{a, args[i+1]}, args[i+1]
+		case strings.HasPrefix(a, "--env="):
+			kv = a[len("--env="):]
+		case strings.HasPrefix(a, "-e") && !strings.HasPrefix(a, "--") && len(a) > 2:
+			kv = a[2:]
+		}
+		i += len(tokens) - 1
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			vals[k] = v
+			continue
+		}
+		rest = append(rest, tokens...) // no value here (-e NAME), or not a variable: as it was
+	}
+	return rest, vals
+}
+
 func flagValues(args []string, names ...string) []string {
 	var vs []string
 	for i := 0; i < len(args); i++ {
@@ -335,6 +364,18 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	env, err := s.envValues(getenv)
 	if err != nil {
 		return runtime.RunSpec{}, nil, err
+	}
+	// extra_args' -e/--env NAME=VALUE: the value joins the others in the
+	// engine client's environment, never on its command line (ps shows it).
+	extra, extraVals := moveEnvValues(s.ExtraArgs)
+	for _, k := range slices.Sorted(maps.Keys(extraVals)) {
+		if k == ExecIDVar {
+			return runtime.RunSpec{}, nil, &SpecError{"extra_args", ExecIDVar + " is reserved: hsbx marks each command's processes with it"}
+		}
+		if err := clientVarError("extra_args", k, extraVals[k], getenv); err != nil {
+			return runtime.RunSpec{}, nil, err
+		}
+		env[k] = extraVals[k] // last, as extra_args come last
 	}
 	var warnings []string
 	persistent := s.Persistent
@@ -462,7 +503,7 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	if s.RunAsHostUser {
 		args = append(args, "--user", fmt.Sprintf("%d:%d", h.UID, h.GID))
 	}
-	args = append(args, s.ExtraArgs...)
+	args = append(args, extra...)
 
 	labels := key.Labels()
 	if !s.PersistAcrossProcesses {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -161,6 +162,27 @@ func TestMemoryMounts(t *testing.T) {
 	} {
 		if got := tc.spec.MemoryMounts(); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// extra_args' environment values leave the engine client's command line
+// (where ps shows them, to every user): TERMINAL_DOCKER_EXTRA_ARGS=
+// '["--env","API_KEY=..."]' put the value on argv during create.
+func TestMoveEnvValues(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		rest []string
+		vals map[string]string
+	}{
+		{[]string{"--env", "API_KEY=s3cret", "--gpus=all"}, []string{"--gpus=all"}, map[string]string{"API_KEY": "s3cret"}},
+		{[]string{"-e", "A=1", "-eB=2=x", "--env=C=", "--env", "D"}, []string{"--env", "D"}, map[string]string{"A": "1", "B": "2=x", "C": ""}},
+		{[]string{"-e", "=x", "--entrypoint", "sh"}, []string{"-e", "=x", "--entrypoint", "sh"}, map[string]string{}},
+		{[]string{"--env"}, []string{"--env"}, map[string]string{}},
+	} {
+		rest, vals := moveEnvValues(tc.in)
+		if !slices.Equal(rest, tc.rest) || !maps.Equal(vals, tc.vals) {
+			t.Errorf("%q: rest %q vals %v, want %q %v", tc.in, rest, vals, tc.rest, tc.vals)
 		}
 	}
 }
