@@ -3,6 +3,8 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -126,7 +128,14 @@ func downUnder(t *testing.T, channel bool) {
 			}
 		}
 		if e.tg.Fake {
-			time.Sleep(time.Second)
+			// The fakes' agent runs the command as a process of this host:
+			// wait for it (a fixed second raced a slow start on a loaded
+			// machine: down came first, and the command took the plain path).
+			for deadline := time.Now().Add(60 * time.Second); !hostProcess("sleep\x0060\x00", runtime.ExecMarker+"="); time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the command never started")
+				}
+			}
 		}
 		if _, err := e.manager().Sandbox(key, e.spec()).Down(ctx); err != nil {
 			t.Fatal(err)
@@ -140,4 +149,20 @@ func downUnder(t *testing.T, channel bool) {
 			t.Fatalf("exit %d, err %v, warnings %q: want the removal said", r.code, r.err, w.text())
 		}
 	})
+}
+
+// hostProcess says whether a process of this host has exactly cmdline
+// (NUL-separated) and an environment entry starting with env.
+func hostProcess(cmdline, env string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || string(b) != cmdline {
+			continue
+		}
+		if envb, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ")); err == nil && strings.Contains("\x00"+string(envb), "\x00"+env) {
+			return true
+		}
+	}
+	return false
 }
