@@ -303,25 +303,15 @@ func (s *Sweeper) endOrphans(ctx context.Context, doomed []Verdict, rep *Report)
 				break
 			}
 			live, err := s.RT.LiveExecs(ctx, cs[0])
-			if err != nil || len(live) < len(v.C.ExecIDs) || sleepCtx(ctx, 200*time.Millisecond) != nil {
+			if err != nil || len(live) < len(v.C.ExecIDs) || ctx.Err() != nil {
 				break
 			}
+			time.Sleep(200 * time.Millisecond)
 		}
 		v.Reason = fmt.Sprintf("per-process sandbox whose creator (%s) is gone; %d leftover command process(es) ended", v.C.Labels[sandbox.LabelCreator], n)
 		out = append(out, v)
 	}
 	return out
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // liveExecs narrows each running sandbox's ExecIDs to the sessions that

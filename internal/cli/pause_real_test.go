@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -22,12 +21,7 @@ func TestExecOnAPausedSandboxRealEngines(t *testing.T) {
 			continue // the fakes' pause freezes no process
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			run := t.TempDir()
-			if err := os.Chmod(run, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			env := append(append([]string{}, tg.environ...), "XDG_RUNTIME_DIR="+run, "HSBX_EXEC_CHANNEL=true",
-				"HSBX_TEST_HOLDER=1", "HSBX_HOLDER_ENV=HSBX_TEST_HOLDER")
+			env := holderTestEnv(t, tg.environ)
 			task := fmt.Sprintf("paused-%d", time.Now().UnixNano())
 			t.Cleanup(func() { runMain(t, env, "down", "--task", task) })
 			code, out, errOut := runMain(t, env, "up", "--task", task)
@@ -50,15 +44,7 @@ func TestExecOnAPausedSandboxRealEngines(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = engine("unpause", id) }) // before down: a paused container cannot be removed everywhere
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-				runMain(t, env, "exec", "--task", task, "--", "true")
-				if _, ls, _ := runMain(t, env, "ls", "--json"); strings.Contains(ls, `"channel":"up"`) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the channel did not come up")
-				}
-			}
+			awaitChannelUp(t, env, task)
 			type result struct {
 				code     int
 				out, err string

@@ -19,12 +19,7 @@ func TestCommandAfterARestartRunsOnceRealEngines(t *testing.T) {
 			continue // the fakes have no restart
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			run := t.TempDir()
-			if err := os.Chmod(run, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			env := append(append([]string{}, tg.environ...), "XDG_RUNTIME_DIR="+run, "HSBX_EXEC_CHANNEL=true",
-				"HSBX_TEST_HOLDER=1", "HSBX_HOLDER_ENV=HSBX_TEST_HOLDER")
+			env := holderTestEnv(t, tg.environ)
 			task := fmt.Sprintf("restart-%d", time.Now().UnixNano())
 			t.Cleanup(func() { runMain(t, env, "down", "--task", task) })
 			code, out, errOut := runMain(t, env, "up", "--task", task)
@@ -33,15 +28,7 @@ func TestCommandAfterARestartRunsOnceRealEngines(t *testing.T) {
 			}
 			id := strings.TrimSpace(out)
 			for i := range 4 {
-				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-					runMain(t, env, "exec", "--task", task, "--", "true")
-					if _, ls, _ := runMain(t, env, "ls", "--json"); strings.Contains(ls, `"channel":"up"`) {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("the channel did not come up")
-					}
-				}
+				awaitChannelUp(t, env, task)
 				restart := exec.Command(tg.Bin, "restart", "-t", "0", id)
 				restart.Env = tg.environ
 				if b, err := restart.CombinedOutput(); err != nil {
@@ -54,5 +41,32 @@ func TestCommandAfterARestartRunsOnceRealEngines(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// holderTestEnv is environ with the exec channel on and holders that are
+// this test binary acting as hsbx, in a runtime directory of the test's.
+func holderTestEnv(t *testing.T, environ []string) []string {
+	t.Helper()
+	run := t.TempDir()
+	if err := os.Chmod(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return append(append([]string{}, environ...), "XDG_RUNTIME_DIR="+run, "HSBX_EXEC_CHANNEL=true",
+		"HSBX_TEST_HOLDER=1", "HSBX_HOLDER_ENV=HSBX_TEST_HOLDER")
+}
+
+// awaitChannelUp runs commands in task until its holder serves (ls says
+// the channel is up), for 30 s at most.
+func awaitChannelUp(t *testing.T, env []string, task string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		runMain(t, env, "exec", "--task", task, "--", "true")
+		if _, ls, _ := runMain(t, env, "ls", "--json"); strings.Contains(ls, `"channel":"up"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the channel did not come up")
+		}
 	}
 }
