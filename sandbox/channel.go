@@ -208,13 +208,13 @@ func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *ch
 	}
 	switch {
 	case ierr != nil:
-		return fmt.Errorf("%w: the exec channel broke while the command ran (%v) and the engine does not answer (%v); the command may still run in sandbox %s: its agent stops it within %s of losing hsbx",
+		return fmt.Errorf("%w: the exec channel broke mid-command (%v) and the engine does not answer (%v); the agent stops the command in %s within %s",
 			runtime.ErrEngine, be.Err, ierr, s.name, channel.AgentDeadAfter)
 	case cur != nil && cur.State == runtime.StatePaused:
-		return fmt.Errorf("%w: sandbox %s is paused, and the exec channel broke while the command waited on it (%v); the command may run once it is unpaused (hsbx up unpauses it), and was not run again",
+		return fmt.Errorf("%w: sandbox %s is paused and the channel broke mid-command (%v); it was not run again, and may run once the sandbox is unpaused",
 			runtime.ErrEngine, s.name, be.Err)
 	case cur == nil || cur.State != runtime.StateRunning:
-		return fmt.Errorf("%w: sandbox %s was stopped or removed while the command ran (by down, stop or another process); the command was killed and may have run part-way: %v",
+		return fmt.Errorf("%w: sandbox %s was stopped or removed while the command ran (down, stop, another process); it may have run part-way: %v",
 			runtime.ErrEngine, s.name, be)
 	}
 	if !opened.IsZero() && cur.Started.After(opened) && cur.Started.Before(began) {
@@ -223,10 +223,10 @@ func (s *Sandbox) channelBroke(ctx context.Context, target, token string, be *ch
 	}
 	n, kerr := s.killMarked(ctx, target, token)
 	if kerr != nil {
-		return fmt.Errorf("%w: the exec channel broke while the command ran (%v) but sandbox %s still runs (did the engine restart?); stopping the command failed (%v): it may still run until its agent, losing hsbx, stops it within %s",
+		return fmt.Errorf("%w: the channel broke mid-command (%v); sandbox %s still runs (did the engine restart?) and stopping the command failed (%v): its agent stops it within %s",
 			runtime.ErrEngine, be.Err, s.name, kerr, channel.AgentDeadAfter)
 	}
-	return fmt.Errorf("%w: the exec channel broke while the command ran (%v) but sandbox %s still runs (did the engine restart?); hsbx stopped the command (%d processes killed); it may have run part-way, and was not run again",
+	return fmt.Errorf("%w: the channel broke mid-command (%v); sandbox %s still runs (did the engine restart?): hsbx stopped the command (%d processes killed), not run again",
 		runtime.ErrEngine, be.Err, s.name, n)
 }
 
@@ -238,7 +238,7 @@ func inputLost(c Command) error {
 	if c.tap == nil || !c.tap.lost() {
 		return nil
 	}
-	return fmt.Errorf("%w: the exec channel failed before the command started, after taking more of the command's input than hsbx keeps to send again (%d bytes); the command was not run",
+	return fmt.Errorf("%w: the exec channel failed before the command started, having taken more input than hsbx keeps to resend (%d bytes); the command was not run",
 		runtime.ErrEngine, tapKeep)
 }
 

@@ -278,7 +278,7 @@ func (s *Sandbox) judgeDrift(ctx context.Context, c runtime.Container) (drift []
 			return drift, "", false, false, nil
 		case errors.Is(err, ErrBusy) && !force:
 			s.markDriftBusy(c.ID)
-			msg := fmt.Sprintf("sandbox %s (%.12s) was made from other settings than these (%s), but %v, so it is used as it is; the first up or command after that ends replaces it (on_drift = recreate)",
+			msg := fmt.Sprintf("sandbox %s (%.12s) was made from other settings than these (%s), but %v, so it is used as it is; it is replaced once that ends",
 				c.Name, c.ID, describeDrift(drift, was), err)
 			return drift, msg, s.sayDriftOnce(c, "busy", msg), true, nil
 		}
@@ -295,7 +295,7 @@ func (s *Sandbox) judgeDrift(ctx context.Context, c runtime.Container) (drift []
 
 // driftWarning is on_drift = warn's one line.
 func (s *Sandbox) driftWarning(name, id string, drift []string, was string) string {
-	return fmt.Sprintf("sandbox %s (%.12s) was made from other settings than these (%s) and is used as it is; `hsbx up --recreate%s` replaces it with one made from these (/workspace and /root are kept when persistent), or set on_drift = recreate",
+	return fmt.Sprintf("sandbox %s (%.12s) was made from other settings than these (%s) and is used as it is; `hsbx up --recreate%s` replaces it (or on_drift = recreate)",
 		name, id, describeDrift(drift, was), s.taskArg())
 }
 

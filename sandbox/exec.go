@@ -327,7 +327,7 @@ func (m *Manager) execEnv(env map[string]string) (out map[string]string, steer s
 // steerError refuses a command whose environment names a variable the
 // engine client reads, when the exec channel cannot carry it.
 func (s *Sandbox) steerError(name, why string) error {
-	return &SpecError{Setting: "env", Msg: fmt.Sprintf("%s is read by the engine client itself: hsbx gives it to a command only through the exec channel, and %s; set it inside the command instead (for values that are not secret: -- env %s=... CMD)", name, why, name)}
+	return &SpecError{Setting: "env", Msg: fmt.Sprintf("%s is read by the engine client itself: hsbx gives it to a command only through the exec channel, and %s; set it in the command (-- env %s=... CMD)", name, why, name)}
 }
 
 // livenessDelay is how long a command may stay silent before hsbx checks,

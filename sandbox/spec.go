@@ -188,7 +188,7 @@ func clientVarError(setting, k, v string, getenv func(string) (string, bool)) er
 	if cur, ok := getenv(k); !steersClient(k, getenv) || (ok && cur == v) {
 		return nil
 	}
-	return &SpecError{setting, fmt.Sprintf("%s is read by the engine client itself, and hsbx passes sandbox values through the client's environment (never on a command line), so it cannot give the sandbox a different %s; set it inside the command instead (for values that are not secret: -- env %s=... CMD)", k, k, k)}
+	return &SpecError{setting, fmt.Sprintf("%s is read by the engine client itself, which carries the sandbox's values, so it cannot differ here; set it in the command (-- env %s=... CMD)", k, k)}
 }
 
 // Validate checks the settings that need no engine to judge.

@@ -135,7 +135,7 @@ func (s *Sandbox) teardownSet(ctx context.Context) ([]runtime.Container, error) 
 		case who.Alive:
 			s.m.c.Warn(fmt.Sprintf("per-process sandbox %s belongs to a live process (%s) and ends with it: left alone", c.Name, c.Labels[LabelCreator]))
 		default:
-			s.m.c.Warn(fmt.Sprintf("per-process sandbox %s was made on another host or before a reboot (%s): its process cannot be judged from here, so it was left alone (`hsbx reap --idle DUR` removes it once idle)", c.Name, c.Labels[LabelCreator]))
+			s.m.c.Warn(fmt.Sprintf("per-process sandbox %s was made on another host or before a reboot (%s), so its process cannot be judged: left alone (the idle reaper removes it)", c.Name, c.Labels[LabelCreator]))
 		}
 	}
 	return out, nil

@@ -154,7 +154,7 @@ func (r *Runtime) ensureClaims(ctx context.Context, cs []runtime.Claim) (made []
 func claimUsable(c claim, want runtime.Claim) error {
 	switch {
 	case !c.owns(want.Labels):
-		return fmt.Errorf("%w: persistent volume claim %s exists without this sandbox's labels (hsbx.key); hsbx will not mount a claim it did not make for this key: remove it, or use another task or namespace",
+		return fmt.Errorf("%w: persistent volume claim %s exists without this sandbox's labels, so hsbx will not mount it; remove it, or use another task or namespace",
 			runtime.ErrForeignClaim, c.Metadata.Name)
 	case c.Metadata.DeletionTimestamp != "":
 		return fmt.Errorf("%w: persistent volume claim %s is being deleted (a `down` of this sandbox?); try again when it is gone", runtime.ErrEngine, c.Metadata.Name)
@@ -175,7 +175,7 @@ func (r *Runtime) checkClass(ctx context.Context, class string) error {
 	case err != nil:
 		return err
 	case len(bytes.TrimSpace(res.Stdout)) == 0:
-		return fmt.Errorf("%w: storage class %q does not exist in this cluster (`kubectl get storageclasses` lists them); set kubernetes.storage_class to one of them, or to \"\" to keep /workspace and /root in the Pod (not persistent)",
+		return fmt.Errorf("%w: storage class %q does not exist in this cluster; set kubernetes.storage_class to one `kubectl get storageclasses` lists, or \"\" (in the Pod)",
 			runtime.ErrEngine, class)
 	}
 	return nil
