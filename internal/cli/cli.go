@@ -375,12 +375,12 @@ func Main(ctx context.Context, env Env) int {
 // the setting flags given and how to run it — or an exit code (>= 0) when
 // it is done already (help, version, a usage error, reported).
 func parseCommand(env Env) (g *Globals, command string, flags []config.Flag, run func(context.Context, *App) error, code int) {
-	if bad, ok := notUTF8(env.Args); ok {
+	if flag, bad, ok := nameNotUTF8(env.Args); ok {
 		// kong reads arguments as text and turns other bytes into U+FFFD,
 		// while exec's fast path kept them: one task name was two keys.
 		env.awaitReady()
-		msg := fmt.Sprintf("argument %q is not valid UTF-8", bad)
-		const hint = "hsbx's own arguments (before --) must be UTF-8 text; a command's arguments after -- go through as they are"
+		msg := fmt.Sprintf("%s %q is not valid UTF-8", flag, bad)
+		const hint = "name tasks and profiles in UTF-8 text"
 		if wantsJSON(env.Args) {
 			reportJSON(env.Stderr, "usage", msg, hint, ExitUsage)
 		} else {
@@ -540,15 +540,24 @@ func cliHint(err error) string {
 	return runtime.Hint(err)
 }
 
-// notUTF8 finds an argument before "--" that is not valid UTF-8.
-func notUTF8(args []string) (string, bool) {
-	for _, a := range args {
+// nameNotUTF8 finds a --task or --profile value before "--" that is not
+// valid UTF-8: a sandbox's name, which must read back as it was given.
+// (Other arguments that are not UTF-8, a command's, arrive with each such
+// byte as U+FFFD on every path: the engines' API is JSON.)
+func nameNotUTF8(args []string) (flag, value string, bad bool) {
+	for i, a := range args {
 		if a == "--" {
-			return "", false
+			break
 		}
-		if !utf8.ValidString(a) {
-			return a, true
+		for _, f := range []string{"--task", "--profile"} {
+			v, ok := strings.CutPrefix(a, f+"=")
+			if a == f && i+1 < len(args) {
+				v, ok = args[i+1], true
+			}
+			if ok && !utf8.ValidString(v) {
+				return f, v, true
+			}
 		}
 	}
-	return "", false
+	return "", "", false
 }
