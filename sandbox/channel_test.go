@@ -252,6 +252,17 @@ func TestChannelFramesCannotBeForgedFromTheSandbox(t *testing.T) {
 	})
 }
 
+// pause pauses container id with the engine's own CLI, or skips the test
+// where the engine cannot (rootless podman on cgroups v1).
+func (e *env) pause(t *testing.T, id string) {
+	t.Helper()
+	cmd := exec.Command(e.tg.Bin, "pause", id)
+	cmd.Env = e.tg.Env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("this engine cannot pause here: %v: %s", err, out)
+	}
+}
+
 // A paused sandbox with its channel up: the agent is frozen and would
 // take the command and never answer. The command must not hang: it is
 // not sent, and the plain path (which unpauses) runs it, once.
@@ -263,11 +274,7 @@ func TestChannelPausedSandboxRunsOnce(t *testing.T) {
 		e.skipOnKube("a Pod cannot be paused")
 		ctx := context.Background()
 		sb, res := e.channelUp("paused")
-		cmd := exec.Command(e.tg.Bin, "pause", res.ID)
-		cmd.Env = e.tg.Env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Skipf("this engine cannot pause here: %v: %s", err, out)
-		}
+		e.pause(t, res.ID)
 		time.Sleep(channel.QuietBefore + 100*time.Millisecond) // the agent has been quiet
 		var out bytes.Buffer
 		execCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -293,13 +300,7 @@ func TestChannelPausedUnderACommand(t *testing.T) {
 		e.skipOnKube("a Pod cannot be paused")
 		ctx := context.Background()
 		sb, res := e.channelUp("paused-under")
-		pause := func() {
-			cmd := exec.Command(e.tg.Bin, "pause", res.ID)
-			cmd.Env = e.tg.Env
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Skipf("this engine cannot pause here: %v: %s", err, out)
-			}
-		}
+		pause := func() { e.pause(t, res.ID) }
 		pause() // the engine can pause here (rootless podman on cgroups v1 cannot)
 		if err := e.rt.Unpause(ctx, res.ID); err != nil {
 			t.Fatal(err)
