@@ -27,6 +27,7 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/runtime/kubectl"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
@@ -129,11 +130,11 @@ func DetectOptions(o Options) (detect.Options, error) {
 func (o Options) detect() detect.Options {
 	path, _ := environ.Lookup(o.Environ, "PATH")
 	d := detect.Options{
-		LookPath: func(name string) (string, error) { return proc.LookPathIn(name, path) },
-		CacheDir: o.CacheDir,
-		Engine: enginecli.Options{Logger: o.Logger, Env: o.Environ, Timeout: o.Config.EngineTimeout.Value,
-			Kubernetes: enginecli.KubeTarget{Context: o.Config.Kubernetes.Context.Value, Namespace: o.Config.Kubernetes.Namespace.Value}},
-		Known: o.Config.KnownPaths.Value,
+		LookPath:   func(name string) (string, error) { return proc.LookPathIn(name, path) },
+		CacheDir:   o.CacheDir,
+		Engine:     enginecli.Options{Logger: o.Logger, Env: o.Environ, Timeout: o.Config.EngineTimeout.Value},
+		Kubernetes: kubectl.Target{Context: o.Config.Kubernetes.Context.Value, Namespace: o.Config.Kubernetes.Namespace.Value},
+		Known:      o.Config.KnownPaths.Value,
 	}
 	if rt := o.Config.Runtime; rt.Value != "auto" {
 		d.Runtime, d.RuntimeSource = rt.Value, rt.Source

@@ -173,7 +173,7 @@ func setup(ctx context.Context, name, bin, image string) *engine {
 	if err != nil {
 		fail("%v", err)
 	}
-	rt := detect.New(f, enginecli.Options{Env: os.Environ()})
+	rt := detect.New(f, detect.Options{Engine: enginecli.Options{Env: os.Environ()}})
 	info, err := rt.Info(ctx)
 	if err != nil {
 		fail("%s: %v", name, err)

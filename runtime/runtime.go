@@ -223,7 +223,25 @@ type Capabilities struct {
 	// StorageLeftovers: a killed create can leave storage holding the
 	// name that no listing shows (podman); see StorageRemover.
 	StorageLeftovers bool
+	// Lacks names what the engine cannot apply to a sandbox, each with
+	// the reason in the engine's terms (what it would take); the caller
+	// refuses a setting that needs one and leaves a default off.
+	Lacks map[Feature]string
 }
+
+// Feature is something a sandbox setting needs from the engine.
+type Feature string
+
+const (
+	// NoNetwork: a sandbox with no network at all (network = false).
+	NoNetwork Feature = "no-network"
+	// PidsLimit: a process limit per sandbox (--pids-limit).
+	PidsLimit Feature = "pids-limit"
+	// DiskQuota: a size limit on the sandbox's writable layer.
+	DiskQuota Feature = "disk-quota"
+	// RunFlags: docker/podman `run` flags passed through (extra_args).
+	RunFlags Feature = "run-flags"
+)
 
 // Runtime is a container engine driven through its CLI. Every method that
 // talks to the engine takes a context and is bounded by a timeout. Errors

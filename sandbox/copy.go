@@ -293,7 +293,7 @@ func (s *Sandbox) copyTarget(ctx context.Context, create bool) (runtime.Containe
 		}
 	}
 	if !create {
-		return runtime.Container{}, fmt.Errorf("%w: task %q of profile %q has none (`hsbx up` makes it)", ErrNoSandbox, s.key.Task, s.key.Profile)
+		return runtime.Container{}, fmt.Errorf("%w: task %q of profile %q has none (%s makes it)", ErrNoSandbox, s.key.Task, s.key.Profile, s.remedy(RemedyUp))
 	}
 	res, err := s.Ensure(ctx)
 	if err != nil {

@@ -295,17 +295,12 @@ func (s *Sandbox) judgeDrift(ctx context.Context, c runtime.Container) (drift []
 
 // driftWarning is on_drift = warn's one line.
 func (s *Sandbox) driftWarning(name, id string, drift []string, was string) string {
-	return fmt.Sprintf("sandbox %s (%.12s) was made from other settings than these (%s) and is used as it is; `hsbx up --recreate%s` replaces it (or on_drift = recreate)",
-		name, id, describeDrift(drift, was), s.taskArg())
+	return fmt.Sprintf("sandbox %s (%.12s) was made from other settings than these (%s) and is used as it is; %s replaces it (or on_drift = recreate)",
+		name, id, describeDrift(drift, was), s.remedy(RemedyRecreate))
 }
 
-// taskArg is " --task T" for a task other than the default, for hints.
-func (s *Sandbox) taskArg() string {
-	if s.key.Task == "" || s.key.Task == "default" {
-		return ""
-	}
-	return " --task " + s.key.Task
-}
+// remedy names r for this sandbox's key in the caller's terms.
+func (s *Sandbox) remedy(r Remedy) string { return s.m.c.Remedies(r, s.key) }
 
 // sayDriftOnce gives a drift warning once per container and settings on
 // this host (the state dir remembers), so a program running many commands

@@ -53,6 +53,10 @@ func TestDriftEveryEngine(t *testing.T) {
 		if w := said(); len(w) != 1 || !strings.Contains(w[0], "(env) and is used as it is") || res.DriftWarning() != w[0] {
 			t.Fatalf("warnings: %q (Result says %q)", w, res.DriftWarning())
 		}
+		// ... naming the remedy in Go terms: a program has no hsbx command.
+		if w := res.DriftWarning(); !strings.Contains(w, "; Sandbox.Recreate replaces it") || strings.Contains(w, "hsbx ") {
+			t.Fatalf("the drift warning %q names no Go remedy", w)
+		}
 		e.log.reset()
 		var out bytes.Buffer
 		if code, err := m.Sandbox(key, changed).Exec(ctx, sandbox.Command{Argv: []string{"true"}, Stdout: &out}); err != nil || code != 0 {

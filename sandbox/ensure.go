@@ -251,7 +251,7 @@ func (s *Sandbox) bringUp(ctx context.Context, c runtime.Container) (Result, boo
 		return s.result(c, Reused), true, nil
 	case runtime.StatePaused:
 		if err := rt.Unpause(ctx, c.ID); err != nil {
-			return Result{}, true, fmt.Errorf("sandbox %s is paused and could not be unpaused (unpause it, or `hsbx down` it): %w", c.Name, err)
+			return Result{}, true, fmt.Errorf("sandbox %s is paused and could not be unpaused (unpause it, or %s): %w", c.Name, s.remedy(RemedyDown), err)
 		}
 		s.id, c.State = c.ID, runtime.StateRunning
 		return s.result(c, Started), true, nil
@@ -521,7 +521,7 @@ func (s *Sandbox) cleanupAttempt(ctx context.Context, nonce string) {
 		}
 	}
 	for _, c := range kept {
-		s.m.c.Warn(fmt.Sprintf("the create of sandbox %s did not finish here, but the engine made and started it (%.12s): it is running, is kept, and the next up uses it (hsbx down removes it)", c.Name, c.ID))
+		s.m.c.Warn(fmt.Sprintf("the create of sandbox %s did not finish here, but the engine made and started it (%.12s): it is running, is kept, and the next up uses it (%s removes it)", c.Name, c.ID, s.remedy(RemedyDown)))
 	}
 }
 

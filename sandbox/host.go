@@ -33,6 +33,7 @@ func (m *Manager) hostFacts(ctx context.Context) (engineHost, error) {
 	if m.c.CacheDir != "" {
 		if c, ok := cachefile.Get[cachedHost](m.hostCacheFile(), m.hostCacheKey()); ok && time.Since(c.At) < hostFactsTTL && time.Since(c.At) >= 0 {
 			c.Host.UID, c.Host.GID = m.c.UID, m.c.GID
+			c.Host.Caps = m.c.Runtime.Capabilities()
 			m.host = &c.Host
 			return c.Host, nil
 		}
@@ -45,7 +46,7 @@ func (m *Manager) hostFacts(ctx context.Context) (engineHost, error) {
 		m.log.Warn("engine info unreadable; assuming a rootful engine", "error", err)
 	}
 	h := engineHost{
-		Dialect: m.c.Runtime.Dialect(), Rootless: info.Rootless,
+		Dialect: m.c.Runtime.Dialect(), Caps: m.c.Runtime.Capabilities(), Rootless: info.Rootless,
 		CgroupV1:  info.CgroupsV1(),
 		BackingFS: info.BackingFS, UID: m.c.UID, GID: m.c.GID,
 	}

@@ -72,6 +72,9 @@ type Config struct {
 	StopGrace time.Duration
 	// Warn receives one line per default left off (nil: logged).
 	Warn func(string)
+	// Remedies names what a user can do, in warnings and errors that say
+	// it, in the caller's terms (nil: the Go package's, GoRemedy).
+	Remedies func(Remedy, Key) string
 	// OnColdStart runs after Ensure had to create or start a container
 	// (never on the warm path): hsbx hangs the orphan sweep here. It must
 	// not fail the caller; errors are its own to report.
@@ -180,6 +183,9 @@ func New(c Config) *Manager {
 	m.endpoint = sync.OnceValue(func() string { return endpointDigest(m.c.Runtime) })
 	if m.c.Warn == nil {
 		m.c.Warn = func(s string) { m.log.Warn(s) }
+	}
+	if m.c.Remedies == nil {
+		m.c.Remedies = GoRemedy
 	}
 	return m
 }
@@ -336,4 +342,31 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// Remedy is something a user can do about what a warning or an error
+// says; Config.Remedies names it in the caller's terms.
+type Remedy int
+
+const (
+	// RemedyRecreate replaces the key's sandbox with one made from the
+	// present settings.
+	RemedyRecreate Remedy = iota + 1
+	// RemedyDown removes the key's sandbox.
+	RemedyDown
+	// RemedyUp makes the key's sandbox.
+	RemedyUp
+)
+
+// GoRemedy names r for a Go program: the method that does it.
+func GoRemedy(r Remedy, _ Key) string {
+	switch r {
+	case RemedyRecreate:
+		return "Sandbox.Recreate"
+	case RemedyDown:
+		return "Sandbox.Down"
+	case RemedyUp:
+		return "Sandbox.Ensure"
+	}
+	return ""
 }

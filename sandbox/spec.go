@@ -86,6 +86,7 @@ func DefaultSpec() Spec {
 // engineHost is what the engine can do, from `info` (cached) and the caller.
 type engineHost struct {
 	Dialect   runtime.Dialect
+	Caps      runtime.Capabilities `json:"-"` // the runtime's, never cached
 	Rootless  bool
 	CgroupV1  bool
 	BackingFS string
@@ -377,21 +378,20 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 		}
 		env[k] = extraVals[k] // last, as extra_args come last
 	}
-	var warnings []string
+	warnings, err := lacking(s, h)
+	if err != nil {
+		return runtime.RunSpec{}, nil, err
+	}
 	persistent := s.Persistent
 	var claims []runtime.Claim
-	if h.Dialect == runtime.Kubectl {
-		var err error
-		if warnings, err = kubeLimits(s); err != nil {
-			return runtime.RunSpec{}, nil, err
-		}
+	if !h.Caps.HostDirs {
 		if persistent && s.StorageClass != "" {
 			if m.Claim == "" {
-				return runtime.RunSpec{}, nil, errors.New("persistent sandbox on Kubernetes: no claim name")
+				return runtime.RunSpec{}, nil, errors.New("persistent sandbox in a claim: no claim name")
 			}
 			claims = []runtime.Claim{{Name: m.Claim, Class: s.StorageClass, Size: s.StorageSize, Labels: key.Labels()}}
 		}
-		persistent = false // no host directories: the claim, or the Pod's own emptyDirs
+		persistent = false // no host directories: the claim, or the sandbox's own memory
 	}
 	cwd := s.Cwd
 	if s.MountCwdToWorkspace && !s.Explicit["cwd"] {
@@ -438,11 +438,11 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 		if !l.on {
 			continue
 		}
-		if h.Dialect == runtime.Kubectl && l.setting == "pids_limit" {
+		if why, lacks := h.Caps.Lacks[runtime.PidsLimit]; lacks && l.setting == "pids_limit" {
 			if s.Explicit[l.setting] {
-				return runtime.RunSpec{}, nil, &SpecError{l.setting, "Kubernetes sets the pids limit per node (the kubelet's podPidsLimit), not per Pod; set pids_limit = 0 and ask the cluster's administrator"}
+				return runtime.RunSpec{}, nil, &SpecError{l.setting, why + "; set pids_limit = 0"}
 			}
-			warnings = append(warnings, fmt.Sprintf("Kubernetes sets the pids limit per node, not per Pod: default pids_limit %s left off", l.value))
+			warnings = append(warnings, fmt.Sprintf("%s: default pids_limit %s left off", why, l.value))
 			continue
 		}
 		if h.limitsIgnored() {
@@ -515,29 +515,42 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	}, warnings, nil
 }
 
-// kubeLimits checks a spec against what the kubectl runtime can do (a
-// Pod, on a CNI that may not enforce NetworkPolicy): what it cannot do is
-// an error when the user chose it and a warning when it is a default, as
-// for a rootless engine. /workspace and /root persist in a claim of
-// kubernetes.storage_class; with none set they are the Pod's memory-backed
-// emptyDirs.
-func kubeLimits(s Spec) (warnings []string, err error) {
+// lacking checks a spec against what the engine lacks (caps.Lacks) and
+// whether it binds host directories: a setting that needs what is missing
+// is an error when the user chose it and a warning when it is a default,
+// as for a rootless engine. Without host directories /workspace and /root
+// persist in a claim of the storage class (kubernetes.storage_class); with
+// none set they live in the sandbox's memory.
+func lacking(s Spec, h engineHost) (warnings []string, err error) {
+	caps := h.Caps
+	refuse := func(f runtime.Feature, on bool, setting, fix string) error {
+		if why, lacks := caps.Lacks[f]; lacks && on {
+			return &SpecError{setting, why + "; " + fix}
+		}
+		return nil
+	}
+	for _, e := range []error{
+		refuse(runtime.NoNetwork, !s.Network, "network", "set network = true, or use docker or podman"),
+		refuse(runtime.DiskQuota, s.DiskMB > 0, "disk", "set disk = 0"),
+		refuse(runtime.RunFlags, len(s.ExtraArgs) > 0, "extra_args", fmt.Sprintf("remove %q", s.ExtraArgs)),
+	} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	if caps.HostDirs {
+		return nil, nil
+	}
 	switch {
-	case !s.Network:
-		return nil, &SpecError{"network", "an air-gapped Pod needs a NetworkPolicy that the cluster's CNI enforces, which the kubectl runtime does not create or check yet; it will not make a Pod that looks air-gapped but is not: set network = true, or use docker or podman"}
-	case s.DiskMB > 0:
-		return nil, &SpecError{"disk", "the kubectl runtime does not set ephemeral-storage limits yet; set disk = 0"}
-	case len(s.ExtraArgs) > 0:
-		return nil, &SpecError{"extra_args", fmt.Sprintf("%q: extra_args are docker/podman run flags, which a Pod does not take; remove them for the kubectl runtime", s.ExtraArgs)}
 	case len(s.Volumes) > 0:
-		return nil, &SpecError{"volumes", "a Pod cannot bind host paths; remove volumes for the kubectl runtime"}
+		return nil, &SpecError{"volumes", fmt.Sprintf("%s cannot bind host paths into a sandbox; remove volumes", h.Dialect)}
 	case s.MountCwdToWorkspace:
-		return nil, &SpecError{"mount_cwd_to_workspace", "a Pod cannot bind the caller's directory; set mount_cwd_to_workspace = false for the kubectl runtime"}
+		return nil, &SpecError{"mount_cwd_to_workspace", fmt.Sprintf("%s cannot bind the caller's directory into a sandbox; set mount_cwd_to_workspace = false", h.Dialect)}
 	case s.Persistent && s.StorageClass != "":
 	case s.Persistent && s.Explicit["persistent"]:
-		return nil, &SpecError{"persistent", "with no kubernetes.storage_class set, the kubectl runtime keeps /workspace and /root in the Pod, so they would not survive the Pod being deleted (stop, down, reap); set kubernetes.storage_class to a storage class of the cluster (`kubectl get storageclasses`), or persistent = false"}
+		return nil, &SpecError{"persistent", "with no kubernetes.storage_class set, /workspace and /root live in the sandbox, so they would not survive it being deleted (stop, down, reap); set kubernetes.storage_class to a storage class of the cluster (`kubectl get storageclasses`), or persistent = false"}
 	case s.Persistent:
-		warnings = append(warnings, "on Kubernetes with no kubernetes.storage_class set, /workspace and /root live in the Pod (memory-backed) and are lost when the Pod is deleted (stop, down, the reaper); set kubernetes.storage_class to keep them in a PersistentVolumeClaim")
+		warnings = append(warnings, "with no kubernetes.storage_class set, /workspace and /root live in the sandbox (memory-backed) and are lost when it is deleted (stop, down, the reaper); set kubernetes.storage_class to keep them in a PersistentVolumeClaim")
 	}
 	return warnings, nil
 }

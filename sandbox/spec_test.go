@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/runtime/kubectl"
 )
 
 func TestParseVolume(t *testing.T) {
@@ -52,8 +54,16 @@ func build(t *testing.T, s Spec, h engineHost) (string, []string, error) {
 }
 
 func TestBuildRun(t *testing.T) {
-	rootful := engineHost{Dialect: runtime.Docker, BackingFS: "extfs", UID: 1000, GID: 100}
-	rootlessV1 := engineHost{Dialect: runtime.Podman, Rootless: true, CgroupV1: true, BackingFS: "extfs"}
+	dirs := runtime.Capabilities{HostDirs: true}
+	rootful := engineHost{Dialect: runtime.Docker, Caps: dirs, BackingFS: "extfs", UID: 1000, GID: 100}
+	rootlessV1 := engineHost{Dialect: runtime.Podman, Caps: dirs, Rootless: true, CgroupV1: true, BackingFS: "extfs"}
+	pod := engineHost{Dialect: runtime.Kubectl, Caps: kubectl.New("kubectl", enginecli.Options{}, kubectl.Target{}).Capabilities()}
+	explicit := func(setting string, f func(*Spec)) Spec {
+		s := DefaultSpec()
+		f(&s)
+		s.Explicit = map[string]bool{setting: true}
+		return s
+	}
 	mod := func(f func(*Spec)) Spec { s := DefaultSpec(); f(&s); return s }
 	cases := []struct {
 		name     string
@@ -85,9 +95,9 @@ func TestBuildRun(t *testing.T) {
 			not: []string{"--cpus", "--memory", "--pids-limit"}, warn: "default --pids-limit 256, --cpus 1, --memory 5120m left off"},
 		{name: "rootless v1 refuses a user's limit", spec: mod(func(s *Spec) { s.PidsLimit = 64; s.Explicit = map[string]bool{"pids_limit": true} }), host: rootlessV1,
 			errField: "pids_limit"},
-		{name: "rootless v2 applies limits", spec: DefaultSpec(), host: engineHost{Dialect: runtime.Podman, Rootless: true},
+		{name: "rootless v2 applies limits", spec: DefaultSpec(), host: engineHost{Dialect: runtime.Podman, Caps: dirs, Rootless: true},
 			want: []string{"--pids-limit 256 --cpus 1 --memory 5120m"}},
-		{name: "disk on xfs", spec: mod(func(s *Spec) { s.DiskMB = 2048 }), host: engineHost{BackingFS: "xfs"}, want: []string{"--storage-opt size=2048m"}},
+		{name: "disk on xfs", spec: mod(func(s *Spec) { s.DiskMB = 2048 }), host: engineHost{Caps: dirs, BackingFS: "xfs"}, want: []string{"--storage-opt size=2048m"}},
 		{name: "disk on extfs", spec: mod(func(s *Spec) { s.DiskMB = 2048 }), host: rootful, errField: "disk"},
 		{name: "bad volume", spec: mod(func(s *Spec) { s.Volumes = []string{"x"} }), host: rootful, errField: "volumes"},
 		{name: "bad env name", spec: mod(func(s *Spec) { s.Env = map[string]string{"A-B": "1"} }), host: rootful, errField: "env"},
@@ -95,6 +105,19 @@ func TestBuildRun(t *testing.T) {
 		{name: "client var unchanged is fine", spec: mod(func(s *Spec) { s.ForwardEnv = []string{"PATH"} }), host: rootful},
 		{name: "relative cwd", spec: mod(func(s *Spec) { s.Cwd = "x" }), host: rootful, errField: "cwd"},
 		{name: "bad shm", spec: mod(func(s *Spec) { s.ShmSize = "lots" }), host: rootful, errField: "shm_size"},
+		// What the engine lacks (Capabilities.Lacks, no HostDirs): a default
+		// is left off with a warning, a user's choice is refused.
+		{name: "lacking pids limit drops the default", spec: mod(func(s *Spec) { s.Persistent = false }), host: pod,
+			want: []string{"--cpus 1 --memory 5120m"}, not: []string{"--pids-limit", "-v "}, warn: "podPidsLimit), not per Pod: default pids_limit 256 left off"},
+		{name: "lacking pids limit refuses a user's", spec: explicit("pids_limit", func(s *Spec) { s.PidsLimit = 64 }), host: pod, errField: "pids_limit"},
+		{name: "lacking no-network", spec: mod(func(s *Spec) { s.Network = false }), host: pod, errField: "network"},
+		{name: "lacking disk quota", spec: mod(func(s *Spec) { s.DiskMB = 10 }), host: pod, errField: "disk"},
+		{name: "lacking run flags", spec: mod(func(s *Spec) { s.ExtraArgs = []string{"--gpus=all"} }), host: pod, errField: "extra_args"},
+		{name: "no host dirs refuses volumes", spec: mod(func(s *Spec) { s.Volumes = []string{"/a:/b"} }), host: pod, errField: "volumes"},
+		{name: "no host dirs refuses the caller's dir", spec: mod(func(s *Spec) { s.MountCwdToWorkspace = true }), host: pod, errField: "mount_cwd_to_workspace"},
+		{name: "no host dirs refuses a chosen persistence", spec: explicit("persistent", func(s *Spec) {}), host: pod, errField: "persistent"},
+		{name: "no host dirs keeps the default in memory", spec: DefaultSpec(), host: pod,
+			not: []string{"/st/"}, warn: "memory-backed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

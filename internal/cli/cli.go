@@ -540,6 +540,20 @@ func cliHint(err error) string {
 	return runtime.Hint(err)
 }
 
+// cliRemedy names a remedy in the library's warnings and errors as the
+// hsbx command that does it, with the key's --task and --profile when
+// they are not the defaults.
+func cliRemedy(r sandbox.Remedy, k sandbox.Key) string {
+	cmd := map[sandbox.Remedy]string{sandbox.RemedyRecreate: "hsbx up --recreate", sandbox.RemedyDown: "hsbx down", sandbox.RemedyUp: "hsbx up"}[r]
+	if k.Task != "" && k.Task != "default" {
+		cmd += " --task " + k.Task
+	}
+	if k.Profile != "" && k.Profile != "default" {
+		cmd += " --profile " + k.Profile
+	}
+	return "`" + cmd + "`"
+}
+
 // nameNotUTF8 finds a --task or --profile value before "--" that is not
 // valid UTF-8: a sandbox's name, which must read back as it was given.
 // (Other arguments that are not UTF-8, a command's, arrive with each such

@@ -52,7 +52,7 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 	r.Client = found.ClientVersion
 	if err == nil {
 		var info runtime.Info
-		rt := detect.New(found, o.Engine)
+		rt := detect.New(found, o)
 		info, err = rt.Info(ctx)
 		if err == nil {
 			r.Reachable, r.Rootless, r.Version = true, info.Rootless, info.ServerVersion

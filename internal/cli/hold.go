@@ -66,6 +66,7 @@ func (a *App) socketDir() (*privdir.Dir, error) {
 // host where holders cannot run (see holdersRunHere) the CLI takes the
 // plain path.
 func (a *App) channelConfig(c *sandbox.Config) {
+	c.Remedies = cliRemedy
 	c.BeforeStart = a.Env.awaitReady
 	c.Channel, c.Agent, c.Holders = false, "", channel.Holders{}
 	if !a.Cfg.ExecChannel.Value || !holdersRunHere() {

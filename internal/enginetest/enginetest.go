@@ -24,6 +24,7 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/enginecli"
+	"github.com/hsbx/hsbx/runtime/kubectl"
 )
 
 // Main is TestMain for a package that uses Targets: it puts the fake
@@ -113,7 +114,7 @@ type Target struct {
 	// Kube is the context and namespace of a kubectl target;
 	// StorageClass the cluster's class for claims
 	// (HSBX_IT_KUBE_STORAGE_CLASS, "" = none).
-	Kube         enginecli.KubeTarget
+	Kube         kubectl.Target
 	StorageClass string
 }
 
@@ -156,7 +157,7 @@ func KubeIfConfigured(t *testing.T) (Target, bool) {
 	})
 	dir := t.TempDir()
 	return Target{Name: "kubectl", Bin: bin, Image: image, Env: os.Environ(), StateDir: dir,
-		Kube: enginecli.KubeTarget{Namespace: ns}, StorageClass: os.Getenv("HSBX_IT_KUBE_STORAGE_CLASS")}, true
+		Kube: kubectl.Target{Namespace: ns}, StorageClass: os.Getenv("HSBX_IT_KUBE_STORAGE_CLASS")}, true
 }
 
 // Targets lists the engines: fakes always, real ones when configured.
@@ -217,8 +218,8 @@ func (tg Target) Open(t *testing.T) runtime.Runtime { return tg.OpenWith(t, nil)
 // OpenWith is Open with a runner of the caller's (to log or count calls).
 func (tg Target) OpenWith(t *testing.T, r *proc.Runner) runtime.Runtime {
 	t.Helper()
-	o := enginecli.Options{Env: tg.Env, Timeout: 60 * time.Second, Runner: r, Kubernetes: tg.Kube}
-	f, err := detect.Find(context.Background(), detect.Options{Runtime: tg.Bin, Engine: o})
+	o := detect.Options{Runtime: tg.Bin, Engine: enginecli.Options{Env: tg.Env, Timeout: 60 * time.Second, Runner: r}, Kubernetes: tg.Kube}
+	f, err := detect.Find(context.Background(), o)
 	if err != nil {
 		t.Fatalf("detect %s: %v", tg.Bin, err)
 	}

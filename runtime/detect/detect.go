@@ -63,6 +63,9 @@ type Options struct {
 	Fresh bool
 	// Engine configures the returned Runtime (runner, env, timeout).
 	Engine enginecli.Options
+	// Kubernetes is the context and namespace a kubectl runtime works
+	// in; docker and podman have no such setting.
+	Kubernetes kubectl.Target
 }
 
 // Found is the binary detection settled on.
@@ -86,18 +89,19 @@ func Open(ctx context.Context, o Options) (runtime.Runtime, Found, error) {
 	if err != nil {
 		return nil, f, err
 	}
-	return New(f, o.Engine), f, nil
+	return New(f, o), f, nil
 }
 
-// New returns the Runtime for a found binary.
-func New(f Found, o enginecli.Options) runtime.Runtime {
+// New returns the Runtime for a found binary, configured by o.Engine (and
+// o.Kubernetes for kubectl).
+func New(f Found, o Options) runtime.Runtime {
 	switch f.Dialect {
 	case runtime.Podman:
-		return podman.New(f.Path, o)
+		return podman.New(f.Path, o.Engine)
 	case runtime.Kubectl:
-		return kubectl.New(f.Path, o)
+		return kubectl.New(f.Path, o.Engine, o.Kubernetes)
 	}
-	return docker.New(f.Path, o)
+	return docker.New(f.Path, o.Engine)
 }
 
 // Find locates the binary and its dialect.

@@ -92,17 +92,6 @@ type Options struct {
 	// Timeout bounds every engine call except exec (default 60s); run gets
 	// four times as long, since it may pull an image.
 	Timeout time.Duration
-	// Kubernetes says which cluster and namespace the kubectl runtime
-	// works in; docker and podman ignore it.
-	Kubernetes KubeTarget
-}
-
-// KubeTarget names where kubectl works: a kubeconfig context and a
-// namespace ("": the kubeconfig's current context, and that context's
-// namespace or "default").
-type KubeTarget struct {
-	Context   string `json:"context,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
 }
 
 // WithDefaults fills what o leaves unset: a runner logging to o.Logger,

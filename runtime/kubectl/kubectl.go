@@ -29,7 +29,7 @@ type Runtime struct {
 	runner  *proc.Runner
 	env     []string
 	timeout time.Duration
-	target  enginecli.KubeTarget
+	target  Target
 }
 
 var (
@@ -37,11 +37,19 @@ var (
 	_ runtime.ClaimRemover = (*Runtime)(nil)
 )
 
-// New returns the runtime for the kubectl at bin; o.Kubernetes names the
-// context and namespace.
-func New(bin string, o enginecli.Options) *Runtime {
+// Target names where kubectl works: a kubeconfig context and a namespace
+// ("": the kubeconfig's current context, and that context's namespace or
+// "default").
+type Target struct {
+	Context   string `json:"context,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// New returns the runtime for the kubectl at bin working in t; o is how
+// it runs kubectl (runner, environment, timeout), as for docker and podman.
+func New(bin string, o enginecli.Options, t Target) *Runtime {
 	o = o.WithDefaults()
-	return &Runtime{bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout, target: o.Kubernetes}
+	return &Runtime{bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout, target: t}
 }
 
 // Dialect implements runtime.Runtime.
@@ -56,9 +64,14 @@ func (r *Runtime) CallTimeout() time.Duration { return r.timeout }
 // Capabilities implements runtime.Runtime: a Pod is deleted by stop, keeps
 // its files in a claim, gets its image from the kubelet; kubectl's copy
 // (tar in the Pod) reaches its memory-backed mounts, and an exec's
-// environment values ride on its stdin.
+// environment values ride on its stdin. What a Pod lacks is in Lacks.
 func (r *Runtime) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{CopyReachesMemoryMounts: true, ExecEnvInBand: true}
+	return runtime.Capabilities{CopyReachesMemoryMounts: true, ExecEnvInBand: true, Lacks: map[runtime.Feature]string{
+		runtime.NoNetwork: "an air-gapped Pod needs a NetworkPolicy that the cluster's CNI enforces, which the kubectl runtime does not create or check yet; it will not make a Pod that looks air-gapped but is not",
+		runtime.PidsLimit: "Kubernetes sets the pids limit per node (the kubelet's podPidsLimit), not per Pod",
+		runtime.DiskQuota: "the kubectl runtime does not set ephemeral-storage limits yet",
+		runtime.RunFlags:  "extra_args are docker/podman run flags, which a Pod does not take",
+	}}
 }
 
 // Endpoint implements runtime.Runtime: the binary, KUBECONFIG, and the
@@ -69,7 +82,7 @@ func (r *Runtime) Endpoint() string {
 }
 
 // Target is the context and namespace this runtime works in.
-func (r *Runtime) Target() enginecli.KubeTarget { return r.target }
+func (r *Runtime) Target() Target { return r.target }
 
 // ID is the container ID of a Pod: "UID/NAME".
 func ID(uid, name string) string { return uid + "/" + name }
