@@ -173,7 +173,11 @@ func (f *fake) extract(id, dir string) int {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return f.fail(err)
 		}
-		out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, os.FileMode(h.Mode).Perm())
+		// As docker's archive.Unpack: what is there goes first, so a file
+		// is a new one, written while no one can run it, never rewritten
+		// in place (a running binary's would fail with "text file busy").
+		_ = os.Remove(dst)
+		out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_EXCL, os.FileMode(h.Mode).Perm())
 		if err != nil {
 			return f.fail(err)
 		}

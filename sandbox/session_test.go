@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
@@ -119,6 +121,59 @@ func TestSessionsEveryEngine(t *testing.T) {
 		}
 		if _, err := sb.RunScript(ctx, "../x", sandbox.Script{Text: "true"}); !errors.Is(err, sandbox.ErrBadSessionName) {
 			t.Fatalf("a bad name: %v", err)
+		}
+	})
+}
+
+// Two hosts (state directories) making first contact with a sandbox at
+// once, eight session runs each: every run works, whichever host's
+// agent install lands first (one host's copy never rewrites a file the
+// other's agent is starting a keeper from: "text file busy").
+func TestFirstContactFromTwoHosts(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		trials := 20
+		if testing.Short() {
+			trials = 3
+		}
+		for trial := range trials {
+			key := e.key(fmt.Sprintf("contact%d", trial))
+			var hosts []*sandbox.Sandbox
+			for range 2 {
+				m := sandbox.New(sandbox.Config{
+					Runtime: e.rt, StateDir: e.tg.AnotherStateDir(t), CacheDir: t.TempDir(),
+					Environ: e.tg.Env, StopGrace: 5 * time.Second,
+					Warn: func(string) {}, Channel: true, Agent: enginetest.AgentBinary(t),
+				})
+				hosts = append(hosts, m.Sandbox(key, e.spec()))
+			}
+			if _, err := hosts[0].Ensure(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for h, sb := range hosts {
+				for i := range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						var out, errOut bytes.Buffer
+						res, err := sb.RunScript(ctx, fmt.Sprintf("h%d-%d", h, i), sandbox.Script{Text: "echo ok", Stdout: &out, Stderr: &errOut})
+						if err != nil || res.Code != 0 || out.String() != "ok\n" {
+							t.Errorf("trial %d, host %d, run %d: %+v %v (stdout %q, stderr %q)", trial, h, i, res, err, out.String(), errOut.String())
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			for _, sb := range hosts {
+				_ = sb.Close(ctx)
+			}
+			if _, err := hosts[0].Down(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if t.Failed() {
+				return
+			}
 		}
 	})
 }

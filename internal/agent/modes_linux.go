@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hsbx/hsbx/internal/hostcopy"
@@ -26,6 +28,9 @@ import (
 //	                   archive's place is there (else nothing is written)
 //	session-keeper DIR NAME IDLE_MS
 //	                   keep session NAME's shell (started by the agent; see Keep)
+//	install-as NAME MODE...
+//	                   rename this binary to NAME in its own directory (when
+//	                   hsbx copied it in under a name of its own), then run MODE
 //
 // copy-out and copy-in exit wire.ExitUseEngine, having written nothing, when
 // the copy is the engine's to make.
@@ -35,6 +40,9 @@ func RunMode(args []string, build string) (code int, ok bool) {
 		return 1
 	}
 	switch {
+	case len(args) >= 3 && args[0] == "install-as":
+		installAs(args[1])
+		return RunMode(args[2:], build)
 	case len(args) == 1 && args[0] == "agent":
 		if err := Serve(os.Stdin, os.Stdout, build); err != nil {
 			return fail(err), true
@@ -92,4 +100,18 @@ func RunMode(args []string, build string) (code int, ok bool) {
 func useEngine(why string) int {
 	os.Stderr.WriteString("hsbx agent: the engine's cp makes this copy: " + why + "\n")
 	return wire.ExitUseEngine
+}
+
+// installAs renames this binary, copied in as NAME.new-RANDOM, to NAME in
+// the same directory: one atomic step that replaces what another host
+// installed there (a running agent keeps its own file), so no process
+// ever runs the agent's file while it is being written. Nothing is said
+// on failure (the agent's stderr is the engine's before its hello): the
+// binary then runs from where it is, and the next start installs again.
+func installAs(name string) {
+	self, err := os.Executable()
+	if err != nil || name != filepath.Base(name) || !strings.HasPrefix(filepath.Base(self), name+".new-") {
+		return
+	}
+	_ = os.Rename(self, filepath.Join(filepath.Dir(self), name))
 }

@@ -343,10 +343,9 @@ func ensureKeeper(dir, name string, idle time.Duration, stop *fwdQueue) (*net.Un
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
-	self, err := os.Executable()
-	if err != nil {
-		self = "/proc/self/exe"
-	}
+	// This very binary, whatever is at its path now (another host may
+	// be installing an agent there).
+	self := "/proc/self/exe"
 	logf, err := os.OpenFile(filepath.Join(dir, sessLog), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, note, err

@@ -3,6 +3,7 @@ package channel
 import (
 	"archive/tar"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -126,7 +127,7 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 		return nil, err
 	}
 	path := agentPath(digest)
-	conn, err := start(ctx, a, path)
+	conn, err := start(ctx, a, []string{path, "agent"})
 	if err == nil {
 		return conn, nil
 	}
@@ -134,10 +135,11 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 		return nil, err
 	}
 	a.Log.Debug("agent not running; installing it", "path", path, "error", err)
-	if ierr := install(ctx, a, path, bin); ierr != nil {
+	run, ierr := install(ctx, a, path, bin)
+	if ierr != nil {
 		return nil, ierr
 	}
-	conn, err = start(ctx, a, path)
+	conn, err = start(ctx, a, append(run, "agent"))
 	if err != nil {
 		if passing(err) {
 			return nil, err
@@ -158,10 +160,10 @@ func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
 		return 0, err
 	}
 	path := agentPath(digest)
-	run := func() (int, int, error) {
+	run := func(agent []string) (int, int, error) {
 		var out strings.Builder
 		errb := &proc.TailBuffer{Max: 4 << 10}
-		code, err := a.Runtime.Exec(ctx, runtime.ExecSpec{ID: a.ID, Cmd: []string{path, "kill-marked", marker}, User: a.User,
+		code, err := a.Runtime.Exec(ctx, runtime.ExecSpec{ID: a.ID, Cmd: append(agent, "kill-marked", marker), User: a.User,
 			Stdout: &out, Stderr: errb, Timeout: a.Runtime.CallTimeout()})
 		if err != nil || code != 0 {
 			return 0, code, err
@@ -172,17 +174,18 @@ func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
 		}
 		return n, 0, nil
 	}
-	n, code, err := run()
+	n, code, err := run([]string{path})
 	if err == nil && code == 0 {
 		return n, nil
 	}
 	if passing(err) || ctx.Err() != nil {
 		return 0, err
 	}
-	if ierr := install(ctx, a, path, bin); ierr != nil {
+	agent, ierr := install(ctx, a, path, bin)
+	if ierr != nil {
 		return 0, ierr
 	}
-	n, code, err = run()
+	n, code, err = run(agent)
 	switch {
 	case err != nil:
 		return 0, err
@@ -204,13 +207,27 @@ func passing(err error) bool {
 	return false
 }
 
-// install copies the agent to path in the container, mode 0755, owned
-// by root, through `cp -` (works for rootless and remote engines alike).
-func install(ctx context.Context, a Agent, path string, bin []byte) error {
+// install copies the agent into the container, mode 0755, owned by root,
+// through `cp -` (works for rootless and remote engines alike), and
+// returns how to run it the first time. Any number of hosts may install
+// at once, and an engine's cp unlinks and rewrites the file it extracts:
+// so the agent goes in under a name of its own (path.new-RANDOM), never
+// written again, and its first run renames it to path (agent.RunMode's
+// install-as), which replaces any other host's copy in one step — a
+// process never runs a file while it is being written. An exec user that
+// is not root cannot rename in /: its agent is written at path itself.
+func install(ctx context.Context, a Agent, path string, bin []byte) (run []string, err error) {
+	target, run := path, []string{path}
+	if a.User == "" || a.User == "0" || a.User == "root" || strings.HasPrefix(a.User, "0:") || strings.HasPrefix(a.User, "root:") {
+		var r [8]byte
+		_, _ = rand.Read(r[:])
+		target = path + ".new-" + hex.EncodeToString(r[:])
+		run = []string{target, "install-as", strings.TrimPrefix(path, "/")}
+	}
 	pr, pw := io.Pipe()
 	go func() {
 		tw := tar.NewWriter(pw)
-		err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Size: int64(len(bin)),
+		err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(target, "/"), Mode: 0o755, Size: int64(len(bin)),
 			Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)})
 		if err == nil {
 			_, err = tw.Write(bin)
@@ -223,17 +240,18 @@ func install(ctx context.Context, a Agent, path string, bin []byte) error {
 	if err := a.Runtime.CopyIn(ctx, a.ID, "/", pr); err != nil {
 		pr.CloseWithError(err)
 		if passing(err) {
-			return fmt.Errorf("copying the agent into the sandbox: %w", err)
+			return nil, fmt.Errorf("copying the agent into the sandbox: %w", err)
 		}
-		return &UnavailableError{Reason: fmt.Sprintf("copying the agent into the sandbox: %v", err)}
+		return nil, &UnavailableError{Reason: fmt.Sprintf("copying the agent into the sandbox: %v", err)}
 	}
-	return nil
+	return run, nil
 }
 
 // helloWait bounds the wait for a started agent's hello.
 func helloWait(rt runtime.Runtime) time.Duration { return rt.CallTimeout() }
 
-func start(ctx context.Context, a Agent, path string) (*Conn, error) {
+// start runs the agent (cmd: its path and mode) and reads its hello.
+func start(ctx context.Context, a Agent, cmd []string) (*Conn, error) {
 	execCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// OS pipes, handed to the engine client as they are: no copying
 	// goroutine can keep its exec from returning once the client exits.
@@ -255,7 +273,7 @@ func start(ctx context.Context, a Agent, path string) (*Conn, error) {
 	stderr := &startWatch{tail: proc.TailBuffer{Max: 4 << 10}, onWrite: func() { _ = inW.Close() }}
 	done := make(chan execResult, 1)
 	go func() {
-		code, err := a.Runtime.Exec(execCtx, runtime.ExecSpec{ID: a.ID, Cmd: []string{path, "agent"}, User: a.User,
+		code, err := a.Runtime.Exec(execCtx, runtime.ExecSpec{ID: a.ID, Cmd: cmd, User: a.User,
 			Interactive: true, Stdin: inR, Stdout: outW, StdoutDirect: true, Stderr: stderr})
 		// The client is gone: our ends are the last, so the reader sees
 		// EOF and writers EPIPE.

@@ -31,7 +31,7 @@ func (f *failingStart) Exec(_ context.Context, s runtime.ExecSpec) (int, error) 
 // and the engine's words there still name why the agent did not start.
 func TestStartNamesTheEnginesWordsOnStdout(t *testing.T) {
 	rt := &failingStart{}
-	_, err := start(context.Background(), Agent{Runtime: rt, ID: "c1"}, "/.hsbx-agent-0")
+	_, err := start(context.Background(), Agent{Runtime: rt, ID: "c1"}, []string{"/.hsbx-agent-0", "agent"})
 	if err == nil {
 		t.Fatal("the agent's start failed, yet start returned a channel")
 	}

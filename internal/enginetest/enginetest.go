@@ -194,6 +194,10 @@ func Targets(t *testing.T) []Target {
 	return ts
 }
 
+// AnotherStateDir is the state dir of another host on tg's engine (a test
+// of what two hosts do at once): one the engine's user can enter.
+func (tg Target) AnotherStateDir(t *testing.T) string { return sharedStateDir(t, tg.Rootless) }
+
 // sharedStateDir makes a state dir the engine's user can enter: for the
 // rootless engine it is owned by that user (HSBX_IT_ROOTLESS_UID).
 func sharedStateDir(t *testing.T, rootless bool) string {
