@@ -48,9 +48,12 @@ type ScriptResult struct {
 	// ShellID names the shell the script ran in: another ID is another
 	// shell, with none of the last one's state.
 	ShellID string
-	// New: this run started the session's shell. Reset then says why a
-	// shell of this session that ran before is gone ("" when none ran).
-	New   bool
+	// New: this run started the session's shell.
+	New bool
+	// Reset says why the shell this host (its state directory) last ran
+	// this session's scripts in is gone, whoever started the one this ran
+	// in ("" when it is the same shell, or none ran here before, or this
+	// host closed it).
 	Reset string
 	// Ended: the script ended its session's shell (why); the next run
 	// starts a new one.
@@ -98,19 +101,27 @@ func (s *Sandbox) RunScript(ctx context.Context, name string, sc Script) (Script
 	return res, err
 }
 
-// recordShell keeps the id of session name's shell in the state
-// directory, so that a new shell after a restart of the sandbox (which
-// took the sandbox's own record with it) reads as a reset too.
+// recordShell keeps the id of the shell session name last ran in for
+// this host (its state directory), and sets res.Reset when that shell is
+// gone, however it went and whoever started the one after it: another
+// host's close and run, or a restart of the sandbox (which took the
+// sandbox's own record with it).
 func (s *Sandbox) recordShell(name string, res *ScriptResult) {
 	if s.ephemeral || res.ShellID == "" {
 		return
 	}
 	path := keystate.SessionFile(s.engineDir(), name)
-	if !res.New {
+	prev, err := os.ReadFile(path)
+	last := strings.TrimSpace(string(prev))
+	if err == nil && last == res.ShellID {
 		return
 	}
-	if prev, err := os.ReadFile(path); err == nil && res.Reset == "" && strings.TrimSpace(string(prev)) != res.ShellID {
-		res.Reset = "its shell is gone: the sandbox was restarted or recreated since"
+	if err == nil && last != "" && res.Reset == "" {
+		if res.New {
+			res.Reset = "its shell is gone: another process closed it, or the sandbox was restarted or recreated since"
+		} else {
+			res.Reset = "the shell this host last used is gone: it was closed or ended, and another process started a new one"
+		}
 	}
 	_ = os.MkdirAll(filepath.Dir(path), 0o700)
 	_ = os.WriteFile(path, []byte(res.ShellID+"\n"), 0o600)

@@ -177,3 +177,67 @@ func TestFirstContactFromTwoHosts(t *testing.T) {
 		}
 	})
 }
+
+// Every host hears that the shell it last used is gone, whichever host
+// arrives first: after another host's close and run, and after a restart
+// of the sandbox (a new Pod on Kubernetes).
+func TestEveryHostHearsOfAReset(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		key := e.key("reset")
+		var a, b *sandbox.Session
+		var sbA *sandbox.Sandbox
+		for i, ss := range []**sandbox.Session{&a, &b} {
+			m := sandbox.New(sandbox.Config{
+				Runtime: e.rt, StateDir: e.tg.AnotherStateDir(t), CacheDir: t.TempDir(),
+				Environ: e.tg.Env, StopGrace: 5 * time.Second,
+				Warn: func(string) {}, Channel: i == 0, Agent: enginetest.AgentBinary(t),
+			})
+			sb := m.Sandbox(key, e.spec())
+			t.Cleanup(func() { _ = sb.Close(ctx) })
+			*ss = sb.Session("s")
+			if i == 0 {
+				sbA = sb
+			}
+		}
+		run := func(ss *sandbox.Session, text string) (sandbox.ScriptResult, string) {
+			t.Helper()
+			var out bytes.Buffer
+			res, err := ss.Run(ctx, text, sandbox.Script{Stdout: &out})
+			if err != nil || res.Code != 0 {
+				t.Fatalf("%q: %+v %v", text, res, err)
+			}
+			return res, out.String()
+		}
+		if res, _ := run(a, `cd /tmp; export V=fromA`); !res.New || res.Reset != "" {
+			t.Fatalf("A's first run: %+v", res)
+		}
+		if res, out := run(b, `echo "$V"`); res.New || res.Reset != "" || out != "fromA\n" {
+			t.Fatalf("B joining A's shell: %+v %q", res, out)
+		}
+		// B closes it and starts another: A is told, though the shell it
+		// reaches is not new.
+		if err := b.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if res, _ := run(b, `export V=fromB2`); !res.New || res.Reset != "" {
+			t.Fatalf("B's run after its close: %+v (a close is not a reset for the host that closed)", res)
+		}
+		res, out := run(a, `echo "$V in $PWD"`)
+		if res.New || !strings.Contains(res.Reset, "the shell this host last used is gone") || out == "fromA in /tmp\n" {
+			t.Fatalf("A after B's close and run: %+v %q, want a reset", res, out)
+		}
+		if res, _ := run(a, `true`); res.Reset != "" {
+			t.Fatalf("A told twice: %+v", res)
+		}
+		// A restart: B arrives first, A second; both are told.
+		if _, err := sbA.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, ss := range []*sandbox.Session{b, a} {
+			if res, _ := run(ss, `true`); res.Reset == "" {
+				t.Fatalf("after a restart: %+v, want a reset", res)
+			}
+		}
+	})
+}

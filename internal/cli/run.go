@@ -89,8 +89,11 @@ func (c *RunCmd) Run(ctx context.Context, app *App) error {
 		return app.printResult(r)
 	}
 	if !fresh {
-		if res.Reset != "" {
+		switch {
+		case res.Reset != "" && res.New:
 			fmt.Fprintf(app.Env.Stderr, "hsbx: session %s was reset: %s; this ran in a new shell (its cd, variables and functions start afresh)\n", name, res.Reset)
+		case res.Reset != "":
+			fmt.Fprintf(app.Env.Stderr, "hsbx: session %s was reset: %s; this ran in that one (its cd and variables are its own)\n", name, res.Reset)
 		}
 		if res.Ended != "" {
 			fmt.Fprintf(app.Env.Stderr, "hsbx: session %s ended: %s; the next run starts a new shell\n", name, res.Ended)
