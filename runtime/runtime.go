@@ -233,13 +233,13 @@ type Capabilities struct {
 type Feature string
 
 const (
-	// NoNetwork: a sandbox with no network at all (network = false).
+	// NoNetwork is a sandbox with no network at all (network = false).
 	NoNetwork Feature = "no-network"
-	// PidsLimit: a process limit per sandbox (--pids-limit).
+	// PidsLimit is a process limit per sandbox (--pids-limit).
 	PidsLimit Feature = "pids-limit"
-	// DiskQuota: a size limit on the sandbox's writable layer.
+	// DiskQuota is a size limit on the sandbox's writable layer.
 	DiskQuota Feature = "disk-quota"
-	// RunFlags: docker/podman `run` flags passed through (extra_args).
+	// RunFlags are docker/podman `run` flags passed through (extra_args).
 	RunFlags Feature = "run-flags"
 )
 

@@ -173,8 +173,24 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 		return -1, &InterruptedError{Cause: &WriterError{Stream: res.WriteErr.Stream, Err: res.WriteErr}, Killed: res.Killed}
 	case res.Interrupted:
 		return -1, &InterruptedError{Cause: context.Cause(execCtx), Killed: res.Killed}
+	case res.Failure.Msg != "":
+		return res.Code, agentFailure(c, res)
 	}
 	return res.Code, nil
+}
+
+// agentFailure is the error of a command the agent's machinery failed
+// (channel.Failure): not the command's status, which there is none of.
+func agentFailure(c Command, res channel.Result) error {
+	f := res.Failure
+	if c.session != nil {
+		return &SessionError{Session: c.session.name, Msg: f.Msg, Exhausted: f.Exhausted, NoShell: f.NoShell,
+			Lost: res.Session != nil && res.Session.Ended != ""}
+	}
+	if f.Exhausted {
+		return fmt.Errorf("%w: %s", ErrResourceExhausted, f.Msg)
+	}
+	return fmt.Errorf("%w: hsbx's agent could not run the command: %s", runtime.ErrEngine, f.Msg)
 }
 
 // channelBroke says what became of a command whose channel broke under

@@ -101,6 +101,52 @@ func (s *Sandbox) RunScript(ctx context.Context, name string, sc Script) (Script
 	return res, err
 }
 
+// SessionError is hsbx's own failure to run a session's script — the
+// sandbox's session server or the shell could not start, or went away —
+// never the script's status (ScriptResult.Code is then meaningless).
+type SessionError struct {
+	Session, Msg string
+	// Exhausted: the sandbox ran out of processes, memory, descriptors
+	// or disk (errors.Is ErrResourceExhausted).
+	Exhausted bool
+	// NoShell: the image has neither bash nor sh (errors.Is ErrNoShell).
+	NoShell bool
+	// Lost: the session was lost while the script ran (it may have run
+	// part-way); otherwise it did not run.
+	Lost bool
+}
+
+// ErrResourceExhausted says the sandbox ran out of processes, memory or
+// disk for hsbx's own work (a session's shell, the agent's helpers).
+var ErrResourceExhausted = errors.New("the sandbox is out of resources")
+
+// ErrNoShell says a session was asked of an image without a shell.
+var ErrNoShell = errors.New("the image has no shell")
+
+func (e *SessionError) Error() string { return "session " + e.Session + ": " + e.Msg }
+
+// Unwrap is ErrResourceExhausted or ErrNoShell when it is one of them.
+func (e *SessionError) Unwrap() error {
+	switch {
+	case e.Exhausted:
+		return ErrResourceExhausted
+	case e.NoShell:
+		return ErrNoShell
+	}
+	return nil
+}
+
+// Hint names the fix.
+func (e *SessionError) Hint() string {
+	switch {
+	case e.Exhausted:
+		return "each session is a shell in the sandbox: close those no longer needed (Session.Close), end what runs there, or raise pids_limit or memory"
+	case e.NoShell:
+		return "sessions need bash or sh in the image; Exec runs an argv without a shell"
+	}
+	return "run it again (a new session server starts); what failed is named above"
+}
+
 // recordShell keeps the id of the shell session name last ran in for
 // this host (its state directory), and sets res.Reset when that shell is
 // gone, however it went and whoever started the one after it: another

@@ -241,3 +241,128 @@ func TestEveryHostHearsOfAReset(t *testing.T) {
 		}
 	})
 }
+
+// taskCount is how many tasks (processes and their threads: what
+// pids_limit counts) the sandbox has, counted from inside it.
+func taskCount(t *testing.T, sb *sandbox.Sandbox) int {
+	t.Helper()
+	var out bytes.Buffer
+	code, err := sb.Exec(context.Background(), sandbox.Command{Argv: []string{"sh", "-c", `n=0; for p in /proc/[0-9]*/task/*; do n=$((n+1)); done; echo $n`}, Stdout: &out})
+	var n int
+	if _, serr := fmt.Sscan(out.String(), &n); err != nil || code != 0 || serr != nil {
+		t.Fatalf("counting tasks: %d %v %q", code, err, out.String())
+	}
+	return n - 1 // not the counting shell itself
+}
+
+// 200 sessions under the default limits (pids_limit 256): each is one
+// shell, all work and are listed, and closing them gives every process
+// back.
+func TestTwoHundredSessions(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		sb, _ := e.channelUp("scale")
+		fake := strings.HasPrefix(e.tg.Name, "fake")
+		before := 0
+		if !fake { // the fakes' sessions are this host's processes
+			before = taskCount(t, sb)
+		}
+		const n = 200
+		for i := range n {
+			var out bytes.Buffer
+			res, err := sb.RunScript(ctx, fmt.Sprintf("s%d", i), sandbox.Script{Text: "echo ok", Stdout: &out})
+			if err != nil || res.Code != 0 || !res.New || out.String() != "ok\n" {
+				t.Fatalf("session %d of %d: %+v %v %q", i+1, n, res, err, out.String())
+			}
+		}
+		if !fake {
+			during := taskCount(t, sb)
+			t.Logf("%d tasks before, %d with %d sessions", before, during, n)
+			if during-before > n+16 {
+				t.Errorf("%d sessions took %d tasks, want about one each", n, during-before)
+			}
+		}
+		infos, err := sb.Sessions(ctx)
+		if err != nil || len(infos) != n {
+			t.Fatalf("listing %d sessions: %d listed, %v", n, len(infos), err)
+		}
+		for i := range n {
+			if err := sb.CloseSession(ctx, fmt.Sprintf("s%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if fake {
+			return
+		}
+		after := 0
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			// The agent's Go runtime keeps the few threads it grew while
+			// busy (a constant, not one a session).
+			if after = taskCount(t, sb); after <= before+4 {
+				t.Logf("%d tasks after closing them all", after)
+				return
+			}
+		}
+		t.Errorf("%d tasks before the sessions, %d after closing them all", before, after)
+	})
+}
+
+// At the process limit a new session is refused with ErrResourceExhausted
+// (not a crash, not the script's status), every earlier one keeps
+// working, and so does a new one once others are closed; a command that
+// cannot start for want of processes is hsbx's failure too, never 126.
+func TestSessionsAtTheProcessLimit(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if strings.HasPrefix(e.tg.Name, "fake") {
+			t.Skip("the fakes enforce no process limit")
+		}
+		e.skipOnKube("Kubernetes sets the pids limit per node, not per Pod")
+		ctx := context.Background()
+		spec := e.spec()
+		spec.PidsLimit = 40
+		spec.Explicit = map[string]bool{"pids_limit": true}
+		sb := e.channelManager().Sandbox(e.key("limit"), spec)
+		t.Cleanup(func() { _, _ = sb.Down(ctx) })
+		if _, err := sb.Ensure(ctx); err != nil {
+			var se *sandbox.SpecError
+			if errors.As(err, &se) {
+				t.Skipf("this engine cannot limit processes: %v", err)
+			}
+			t.Fatal(err)
+		}
+		opened := 0
+		for ; opened < 60; opened++ {
+			var errOut bytes.Buffer
+			res, err := sb.RunScript(ctx, fmt.Sprintf("s%d", opened), sandbox.Script{Text: "echo ok", Stderr: &errOut})
+			if err == nil && res.Code == 0 {
+				continue
+			}
+			var sess *sandbox.SessionError
+			if !errors.Is(err, sandbox.ErrResourceExhausted) || !errors.As(err, &sess) || sess.Session != fmt.Sprintf("s%d", opened) || errOut.Len() != 0 {
+				t.Fatalf("session %d at the limit: %+v %v (stderr %q), want ErrResourceExhausted", opened, res, err, errOut.String())
+			}
+			break
+		}
+		if opened == 0 || opened == 60 {
+			t.Fatalf("%d sessions opened under pids_limit 40", opened)
+		}
+		for i := range opened {
+			var out bytes.Buffer
+			if res, err := sb.RunScript(ctx, fmt.Sprintf("s%d", i), sandbox.Script{Text: "echo still", Stdout: &out}); err != nil || res.Code != 0 || res.New || out.String() != "still\n" {
+				t.Fatalf("session %d after the limit: %+v %v %q", i, res, err, out.String())
+			}
+		}
+		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}})
+		if err == nil && code == 126 || err != nil && !errors.Is(err, sandbox.ErrResourceExhausted) {
+			t.Errorf("exec at the limit: %d %v, want 0 or ErrResourceExhausted, never 126", code, err)
+		}
+		for i := range 4 {
+			if err := sb.CloseSession(ctx, fmt.Sprintf("s%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if res, err := sb.RunScript(ctx, "again", sandbox.Script{Text: "true"}); err != nil || res.Code != 0 {
+			t.Fatalf("a session after closing some: %+v %v", res, err)
+		}
+	})
+}

@@ -95,6 +95,9 @@ type stream struct {
 	// (kconn, once connected).
 	fwd   *fwdQueue
 	kconn io.Closer
+	// signalled closes on hsbx's first Signal to a session's stream.
+	signalled chan struct{}
+	sigOnce   sync.Once
 }
 
 // await waits for the loop to end, or for hsbx to break its promise of
@@ -175,6 +178,9 @@ func (a *agent) loop(r *wire.Reader) error {
 			a.start(f.Stream, st)
 		case wire.TStdin, wire.TStdinEOF, wire.TCredit, wire.TSignal:
 			if s != nil && s.fwd != nil {
+				if f.Type == wire.TSignal {
+					s.sigOnce.Do(func() { close(s.signalled) })
+				}
 				if err := s.fwd.push(f); err != nil {
 					return err
 				}
@@ -246,10 +252,13 @@ func (a *agent) start(id uint32, st wire.Start) {
 	outR, outW, err2 := childPipe(true)
 	errR, errW, err3 := childPipe(true)
 	if err := errors.Join(err1, err2, err3); err != nil {
-		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: 126, Error: "creating pipes: " + err.Error()})
+		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: 125, Failed: "creating pipes: " + err.Error(), Exhausted: exhausted(err)})
 		return
 	}
-	p, err := a.spawner.spawn(path, st.Argv, st.Dir, env, inR, outW, errW)
+	p, err := (*child)(nil), keepRoom(commandReserve, "not started")
+	if err == nil {
+		p, err = a.spawner.spawn(path, st.Argv, st.Dir, env, inR, outW, errW)
+	}
 	if inW != nil {
 		inR.Close()
 	}
@@ -261,6 +270,12 @@ func (a *agent) start(id uint32, st wire.Start) {
 		}
 		outR.Close()
 		errR.Close()
+		if exhausted(err) {
+			// Not the command's fault, nor "cannot execute" (126): hsbx's,
+			// told as such, and the command may be sent again later.
+			_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: 125, Failed: startMessage(st, err), Exhausted: true})
+			return
+		}
 		code := 126
 		if errors.Is(err, os.ErrNotExist) && st.Dir == "" {
 			code = 127
@@ -595,6 +610,12 @@ func KillMarked(marker string) int {
 	if token, ok := strings.CutPrefix(marker, "HSBX_EXEC_ID="); !ok || token == "" {
 		return 0
 	}
+	return killMarker(marker)
+}
+
+// killMarker kills every process whose environment holds marker
+// ("NAME=VALUE"), stopping them first so that none forks past it.
+func killMarker(marker string) int {
 	pids := markedProcesses(marker)
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGSTOP)

@@ -6,11 +6,9 @@ import (
 	"bufio"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,12 +21,9 @@ import (
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
-// A session is a long-lived interactive shell in the sandbox, kept by a
-// process of its own — the keeper, this binary run as `session-keeper`
-// — so that it outlives the agent that made it (and the hsbx process and
-// holder behind that agent). Agents reach a keeper through a unix socket
-// in the session's directory, one connection a request, speaking the
-// channel's frames; the keeper runs one script at a time.
+// A session is a long-lived interactive shell in the sandbox, kept by
+// the session server (server.go) so that it outlives the agent that made
+// it; the server runs one script at a time in it.
 //
 // A script runs in the shell's own environment (`command . FILE`), so cd,
 // export, source and functions carry over. Its stdin, stdout and stderr
@@ -42,19 +37,9 @@ import (
 // returns to it, as Ctrl-C at a terminal does) without job control, its
 // prompts and notices going nowhere.
 
-// keeperState is the keeper's record of its session, in info.json.
-type keeperState struct {
-	wire.SessionInfo
-	KeeperPID int `json:"keeper_pid"`
-}
-
 // Session directory entries.
 const (
-	sessSock    = "sock"       // the keeper's socket
-	sessInfo    = "info.json"  // keeperState
-	sessEnded   = "ended"      // why the last shell of this name ended
-	sessLog     = "keeper.log" // what the keeper said when it could not start
-	sessLock    = "start.lock" // agents starting a keeper take it
+	sessEnded   = "ended" // why the last shell of this name ended
 	defaultIdle = time.Hour
 	// interruptGrace is how long an interrupted script's shell has to
 	// come back to its prompt before its process group is killed, and
@@ -62,36 +47,24 @@ const (
 	interruptGrace = 1500 * time.Millisecond
 )
 
-// Keep runs the keeper of session name in dir until its shell ends (or
-// it is closed, or idle for idle). It returns an error only when it could
-// not start; agents read why from dir/keeper.log.
-func Keep(dir, name string, idle time.Duration) error {
-	if idle <= 0 {
-		idle = defaultIdle
-	}
-	k := &keeper{dir: dir, name: name, idle: idle, busy: make(chan struct{}, 1), shellDone: make(chan struct{})}
-	if err := k.start(); err != nil {
-		return err
-	}
-	return k.serve()
-}
-
+// keeper is one session: its shell and the one script running in it.
 type keeper struct {
+	srv       *server
 	dir, name string
 	idle      time.Duration
-	ln        *net.UnixListener
-	dirf      *os.File
+	// ready closes once the shell is up, or startErr says why it is not.
+	ready    chan struct{}
+	startErr error
 
-	shell     *os.Process
+	pid       int // the shell's, and its process group's
 	shellPath string
 	ctl       *os.File // the shell's stdin
 	status    chan string
 	shellDone chan struct{}
-	shellWS   syscall.WaitStatus
-	state     keeperState
+	shellWS   syscall.WaitStatus // set before shellDone closes
+	info      wire.SessionInfo
 
 	busy     chan struct{} // held while a script runs
-	handlers sync.WaitGroup
 	finished sync.Once
 	seq      atomic.Uint64
 	lastUsed atomic.Int64 // unix nanoseconds
@@ -99,11 +72,22 @@ type keeper struct {
 	ending   atomic.Value // string: why the shell is being ended by the keeper
 }
 
+func newKeeper(srv *server, dir, name string, idle time.Duration) *keeper {
+	if idle <= 0 {
+		idle = defaultIdle
+	}
+	return &keeper{srv: srv, dir: dir, name: name, idle: idle, ready: make(chan struct{}),
+		busy: make(chan struct{}, 1), shellDone: make(chan struct{})}
+}
+
 func newID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// errNoShell says the image has neither bash nor sh.
+var errNoShell = errors.New("the image has no shell (neither bash nor sh on PATH): sessions need one; `hsbx exec` runs argv without a shell")
 
 // findShell is bash when the image has it on PATH, else sh.
 func findShell() (string, []string, error) {
@@ -128,7 +112,7 @@ func findShell() (string, []string, error) {
 			}
 		}
 	}
-	return "", nil, errors.New("the image has no shell (neither bash nor sh on PATH): sessions need one; `hsbx exec` runs argv without a shell")
+	return "", nil, errNoShell
 }
 
 func (k *keeper) start() error {
@@ -143,75 +127,78 @@ func (k *keeper) start() error {
 	}
 	stR, stW, err := os.Pipe()
 	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
 		return err
 	}
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
+		for _, f := range []*os.File{ctlR, ctlW, stR, stW} {
+			f.Close()
+		}
 		return err
 	}
-	p, err := os.StartProcess(path, argv, &os.ProcAttr{
-		Env: os.Environ(), Files: []*os.File{ctlR, null, null, stW},
+	// Every process the session starts carries its shell's id, however
+	// it detaches (setsid, nohup, a daemon's double fork): close and the
+	// idle limit end them all by it.
+	k.info.ID = newID()
+	pid, err := k.srv.spawn(k, path, argv, &os.ProcAttr{
+		Env: append(os.Environ(), sessionVar+"="+k.info.ID), Files: []*os.File{ctlR, null, null, stW},
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
 	ctlR.Close()
 	stW.Close()
 	null.Close()
 	if err != nil {
+		ctlW.Close()
+		stR.Close()
 		return fmt.Errorf("starting %s: %w", path, err)
 	}
-	k.shell, k.ctl = p, ctlW
+	k.pid, k.ctl = pid, ctlW
 	k.status = make(chan string, 16)
 	go k.readStatus(stR)
-	go func() {
-		ps, _ := p.Wait()
-		if ps != nil {
-			k.shellWS, _ = ps.Sys().(syscall.WaitStatus)
-		}
-		close(k.shellDone)
-	}()
 	// Quiet and without job control or history; __hsbx_ret gives the
 	// next script the last one's $?.
 	init := `PS1=; PS2=; PS4=+; set +m; unset HISTFILE; case "${BASH_VERSION-}" in ?*) set +H +o history;; esac; ` +
 		`__hsbx_ret() { return "$1"; }; echo "R init" >&3` + "\n"
+	fail := func(err error) error {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = k.ctl.Close()
+		return err
+	}
 	if _, err := k.ctl.WriteString(init); err != nil {
-		return fmt.Errorf("the shell %s did not start: %w", path, err)
+		return fail(fmt.Errorf("the shell %s did not start: %w", path, err))
 	}
 	select {
 	case line := <-k.status:
 		if line != "R init" {
-			return fmt.Errorf("the shell %s answered %q", path, clipLine(line))
+			return fail(fmt.Errorf("the shell %s answered %q", path, clipLine(line)))
 		}
 	case <-k.shellDone:
-		return fmt.Errorf("the shell %s exited at once (%s)", path, describeWait(k.shellWS))
+		return fail(fmt.Errorf("the shell %s exited at once (%s)", path, describeWait(k.shellWS)))
 	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
-		return fmt.Errorf("the shell %s did not answer within 10s", path)
+		return fail(fmt.Errorf("the shell %s did not answer within 10s", path))
 	}
 	now := time.Now()
 	k.lastUsed.Store(now.UnixNano())
-	k.state = keeperState{SessionInfo: wire.SessionInfo{Name: k.name, ID: newID(), Shell: path, PID: p.Pid,
-		Created: now.UnixMilli(), IdleMS: k.idle.Milliseconds()}, KeeperPID: os.Getpid()}
-	b, _ := json.Marshal(k.state)
-	tmp := filepath.Join(k.dir, sessInfo+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(k.dir, sessInfo)); err != nil {
-		return err
-	}
-	sock, dirf, err := shortSock(k.dir)
-	if err != nil {
-		return err
-	}
-	k.dirf = dirf // held for the socket's path
-	_ = os.Remove(sock)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return err
-	}
-	ln.SetUnlinkOnClose(true)
-	k.ln = ln
+	k.info = wire.SessionInfo{Name: k.name, ID: k.info.ID, Shell: path, PID: pid,
+		Created: now.UnixMilli(), IdleMS: k.idle.Milliseconds()}
 	return nil
+}
+
+// exited is the reaper's word that the shell exited with ws.
+func (k *keeper) exited(ws syscall.WaitStatus) {
+	k.shellWS = ws
+	close(k.shellDone)
+}
+
+// describe is the session's SessionInfo now.
+func (k *keeper) describe() wire.SessionInfo {
+	info := k.info
+	info.Busy = k.running.Load()
+	info.LastUsed = time.Unix(0, k.lastUsed.Load()).UnixMilli()
+	info.Cwd, _ = os.Readlink("/proc/" + strconv.Itoa(k.pid) + "/cwd")
+	return info
 }
 
 func clipLine(s string) string {
@@ -238,6 +225,7 @@ func shellCode(ws syscall.WaitStatus) int {
 // readStatus passes the shell's status lines on. Lines are short; a
 // longer one (something else wrote to the descriptor) is cut.
 func (k *keeper) readStatus(r *os.File) {
+	defer r.Close()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 256), 4096)
 	for sc.Scan() {
@@ -249,34 +237,15 @@ func (k *keeper) readStatus(r *os.File) {
 	close(k.status)
 }
 
-// serve accepts agents until the shell ends.
-func (k *keeper) serve() error {
-	go func() {
-		for {
-			c, err := k.ln.AcceptUnix()
-			if err != nil {
-				return
-			}
-			k.handlers.Add(1)
-			go func() { defer k.handlers.Done(); k.handle(c) }()
-		}
-	}()
+// watch ends the session when its shell ends, or after its idle limit.
+func (k *keeper) watch() {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case <-k.shellDone:
-			// No new agent may reach this keeper; the next one starts
-			// another and reads why this one ended.
 			k.finish()
-			// Requests under way tell their agents first.
-			done := make(chan struct{})
-			go func() { k.handlers.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-			}
-			return nil
+			return
 		case <-tick.C:
 			last := time.Unix(0, k.lastUsed.Load())
 			if !k.running.Load() && time.Since(last) > k.idle {
@@ -290,15 +259,24 @@ func (k *keeper) serve() error {
 	}
 }
 
-// end kills the shell (its whole process group) for reason.
+// sessionVar names, in the environment of every process a session
+// starts, its shell's id.
+const sessionVar = "HSBX_SESSION_ID"
+
+// end ends the session for reason: its shell (its whole process group)
+// is hung up, then killed, and so is every process that carries the
+// session's id — the jobs it started, however they detached.
 func (k *keeper) end(reason string) {
 	k.ending.CompareAndSwap(nil, reason)
-	_ = syscall.Kill(-k.shell.Pid, syscall.SIGHUP)
-	_ = syscall.Kill(-k.shell.Pid, syscall.SIGCONT)
+	_ = syscall.Kill(-k.pid, syscall.SIGHUP)
+	_ = syscall.Kill(-k.pid, syscall.SIGCONT)
 	select {
 	case <-k.shellDone:
 	case <-time.After(time.Second):
-		_ = syscall.Kill(-k.shell.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-k.pid, syscall.SIGKILL)
+	}
+	if k.info.ID != "" {
+		killMarker(sessionVar + "=" + k.info.ID)
 	}
 }
 
@@ -310,49 +288,18 @@ func (k *keeper) why() string {
 	return "its shell exited (" + describeWait(k.shellWS) + ")"
 }
 
-// finish records why the session ended (for the next agent) and leaves.
+// finish records why the session ended (for the next run) and leaves
+// the server; a closed session leaves nothing behind.
 func (k *keeper) finish() { k.finished.Do(k.doFinish) }
 
 func (k *keeper) doFinish() {
-	if r, _ := k.ending.Load().(string); r != "closed" {
+	_ = k.ctl.Close()
+	if r, _ := k.ending.Load().(string); r == "closed" {
+		_ = os.RemoveAll(k.dir)
+	} else {
 		_ = os.WriteFile(filepath.Join(k.dir, sessEnded), []byte(k.why()), 0o600)
 	}
-	_ = os.Remove(filepath.Join(k.dir, sessInfo))
-	_ = k.ln.Close() // and its socket: the next agent starts a new keeper
-}
-
-// handle serves one agent's request.
-func (k *keeper) handle(c *net.UnixConn) {
-	defer c.Close()
-	rd := wire.NewReader(c)
-	w := wire.NewWriter(c)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	f, err := rd.Read()
-	if err != nil || f.Type != wire.TStart {
-		return
-	}
-	_ = c.SetReadDeadline(time.Time{})
-	var st wire.Start
-	if wire.Decode(f, &st) != nil {
-		return
-	}
-	switch st.Op {
-	case "info":
-		info := k.state.SessionInfo
-		info.Busy = k.running.Load()
-		info.LastUsed = time.Unix(0, k.lastUsed.Load()).UnixMilli()
-		info.Cwd, _ = os.Readlink("/proc/" + strconv.Itoa(k.shell.Pid) + "/cwd")
-		b, _ := json.Marshal(info)
-		_ = w.Write(wire.TStdout, 1, append(b, '\n'))
-		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: 0})
-	case wire.SessionOpClose:
-		k.end("closed")
-		<-k.shellDone
-		k.finish()
-		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: 0})
-	case wire.SessionOpRun:
-		k.run(rd, w, st)
-	}
+	k.srv.drop(k)
 }
 
 // krun is one script's run.
@@ -369,7 +316,9 @@ type krun struct {
 
 func (r *krun) stop() { r.sigOnce.Do(func() { close(r.signal) }) }
 
-func (k *keeper) run(rd *wire.Reader, w *wire.Writer, st wire.Start) {
+// run runs st.Script for an agent (rd, w); note is what the server has to
+// say of the session's shell (New, Reset).
+func (k *keeper) run(rd *wire.Reader, w *wire.Writer, st wire.Start, note wire.SessionNote) {
 	r := &krun{out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(wire.InputWindow), signal: make(chan struct{}), opened: make(chan struct{})}
 	// Frames from the agent, from the start: while queued, a Signal or
 	// the agent's going away gives the place up.
@@ -402,7 +351,8 @@ func (k *keeper) run(rd *wire.Reader, w *wire.Writer, st wire.Start) {
 	select {
 	case k.busy <- struct{}{}:
 	case <-r.signal:
-		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: 130, Session: &wire.SessionNote{ID: k.state.ID}})
+		note.ID = k.info.ID
+		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: 130, Session: &note})
 		return
 	case <-k.shellDone:
 		_ = w.WriteJSON(wire.TExit, 1, wire.Exit{NotDelivered: true})
@@ -422,12 +372,12 @@ func (k *keeper) run(rd *wire.Reader, w *wire.Writer, st wire.Start) {
 		<-k.busy
 	}()
 	code, ended, err := k.script(r, w, st)
-	note := &wire.SessionNote{ID: k.state.ID, Ended: ended}
+	note.ID, note.Ended = k.info.ID, ended
 	if err != nil {
-		_ = w.Write(wire.TStderr, 1, []byte("hsbx: session "+k.name+": "+err.Error()+"\n"))
-		code = 125
+		_ = w.WriteJSON(wire.TExit, 1, failed(125, err, note))
+		return
 	}
-	_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: code, Killed: int(r.killed.Load()), Session: note})
+	_ = w.WriteJSON(wire.TExit, 1, wire.Exit{Code: code, Killed: int(r.killed.Load()), Session: &note})
 }
 
 // script runs st.Script and returns its status, or why the shell ended.
@@ -544,7 +494,7 @@ func (k *keeper) script(r *krun, w *wire.Writer, st wire.Start) (code int, ended
 			// SIGINT (background jobs ignore it); what the script started
 			// that lives on is killed by its marker a moment later, once
 			// the shell has had the chance to see its child die of SIGINT.
-			_ = syscall.Kill(-k.shell.Pid, syscall.SIGINT)
+			_ = syscall.Kill(-k.pid, syscall.SIGINT)
 			killMarked = time.After(100 * time.Millisecond)
 			syncNonce = newID()[:16]
 			t := time.NewTicker(200 * time.Millisecond)
@@ -559,14 +509,14 @@ func (k *keeper) script(r *krun, w *wire.Writer, st wire.Start) (code int, ended
 			// A shell may miss a SIGINT that came while it could not
 			// take it (busybox's sh, now and then): again, until it is back.
 			if !killedGroup {
-				_ = syscall.Kill(-k.shell.Pid, syscall.SIGINT)
+				_ = syscall.Kill(-k.pid, syscall.SIGINT)
 			}
 			k.sendSync(syncNonce)
 		case <-grace:
 			if !killedGroup {
 				// The shell did not come back: kill all but it.
 				killedGroup = true
-				for _, pid := range startedSince(k.shell.Pid, began) {
+				for _, pid := range startedSince(k.pid, began) {
 					if syscall.Kill(pid, syscall.SIGKILL) == nil {
 						r.killed.Add(1)
 					}
@@ -759,13 +709,13 @@ func uptime() time.Duration {
 	return time.Duration(v * float64(time.Second))
 }
 
-// shortSock is a path to dir's socket short enough for any dir (a unix
-// socket's path holds 107 bytes): through the directory's descriptor in
-// /proc/self/fd, held open by the returned file until closed.
-func shortSock(dir string) (string, *os.File, error) {
+// shortSock is a path to dir's socket name short enough for any dir (a
+// unix socket's path holds 107 bytes): through the directory's descriptor
+// in /proc/self/fd, held open by the returned file until closed.
+func shortSock(dir, name string) (string, *os.File, error) {
 	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return "", nil, err
 	}
-	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) + "/" + sessSock, f, nil
+	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) + "/" + name, f, nil
 }

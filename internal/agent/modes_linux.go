@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/wire"
@@ -26,8 +25,9 @@ import (
 //	                   root only, and only when SRC holds at most BOUND bytes
 //	copy-in DST        tar-in, likewise as root only, and only when the
 //	                   archive's place is there (else nothing is written)
-//	session-keeper DIR NAME IDLE_MS
-//	                   keep session NAME's shell (started by the agent; see Keep)
+//	session-server BASE
+//	                   keep this user's sessions, in BASE (started by the agent;
+//	                   see ServeSessions)
 //	install-as NAME MODE...
 //	                   rename this binary to NAME in its own directory (when
 //	                   hsbx copied it in under a name of its own), then run MODE
@@ -56,9 +56,8 @@ func RunMode(args []string, build string) (code int, ok bool) {
 			return fail(err), true
 		}
 		return 0, true
-	case len(args) == 4 && args[0] == "session-keeper":
-		idle, _ := strconv.ParseInt(args[3], 10, 64)
-		if err := Keep(args[1], args[2], time.Duration(idle)*time.Millisecond); err != nil {
+	case len(args) == 2 && args[0] == "session-server":
+		if err := ServeSessions(args[1]); err != nil {
 			return fail(err), true
 		}
 		return 0, true

@@ -17,9 +17,13 @@ import (
 // Go runtime hands over. The commands it starts are dumpable again (exec
 // resets it): they are the sandbox's, not the channel's.
 func init() {
-	// The keeper of a session (keeper.go) holds a shell's pipes and its
+	// The session server (server.go) holds the shells' pipes and its
 	// agents' connections: sealed the same way.
-	if len(os.Args) == 2 && os.Args[1] == "agent" || len(os.Args) == 5 && os.Args[1] == "session-keeper" {
+	args := os.Args[1:]
+	if len(args) >= 3 && args[0] == "install-as" { // its first run (modes_linux.go)
+		args = args[2:]
+	}
+	if len(args) == 1 && args[0] == "agent" || len(args) == 2 && args[0] == "session-server" {
 		errSeal = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	}
 }

@@ -3,9 +3,11 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -161,7 +164,7 @@ func (q *fwdQueue) close() {
 
 // startSession serves a session request as stream id.
 func (a *agent) startSession(id uint32, st wire.Start) {
-	s := &stream{id: id, fwd: newFwdQueue(), out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(wire.InputWindow)}
+	s := &stream{id: id, fwd: newFwdQueue(), out: wire.NewFlow(wire.Window), stdin: wire.NewQueue(wire.InputWindow), signalled: make(chan struct{})}
 	a.mu.Lock()
 	a.streams[id] = s
 	a.mu.Unlock()
@@ -175,7 +178,14 @@ func (a *agent) startSession(id uint32, st wire.Start) {
 	}()
 }
 
-func (a *agent) sessionFail(id uint32, name string, code int, err error) wire.Exit {
+// sessionFail ends a session stream with hsbx's own failure (not the
+// script's): said in the exit's note, which the host makes an error.
+func (a *agent) sessionFail(code int, err error, note wire.SessionNote) wire.Exit {
+	return failed(code, err, note)
+}
+
+// opFail ends a close or list with code and a message on stderr.
+func (a *agent) opFail(id uint32, name string, code int, err error) wire.Exit {
 	msg := "hsbx: "
 	if name != "" {
 		msg += "session " + name + ": "
@@ -185,57 +195,55 @@ func (a *agent) sessionFail(id uint32, name string, code int, err error) wire.Ex
 }
 
 func (a *agent) session(s *stream, st wire.Start) wire.Exit {
-	if st.Op == wire.SessionOpList {
-		return a.listSessions(s.id)
-	}
-	if !wire.ValidSessionName(st.Session) {
-		return a.sessionFail(s.id, "", 2, fmt.Errorf("bad session name %q: 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'", st.Session))
-	}
 	base, err := sessionsBase()
-	if err != nil {
-		return a.sessionFail(s.id, st.Session, 125, err)
-	}
-	dir := filepath.Join(base, st.Session)
-	switch st.Op {
-	case wire.SessionOpClose:
-		return a.closeSession(s.id, dir, st.Session)
-	case wire.SessionOpRun:
-	default:
-		return a.sessionFail(s.id, st.Session, 2, fmt.Errorf("unknown session operation %q", st.Op))
-	}
-	if strings.IndexByte(st.Script, 0) >= 0 {
-		return a.sessionFail(s.id, st.Session, 2, errors.New("the script holds a NUL byte, which no shell can read"))
+	switch {
+	case st.Op == wire.SessionOpList:
+		if err != nil {
+			return a.opFail(s.id, "", 125, err)
+		}
+		return a.listSessions(s.id, base)
+	case !wire.ValidSessionName(st.Session):
+		return a.sessionFail(2, fmt.Errorf("bad session name %q: 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'", st.Session), wire.SessionNote{})
+	case st.Op == wire.SessionOpClose:
+		if err != nil {
+			return a.opFail(s.id, st.Session, 125, err)
+		}
+		return a.closeSession(s.id, base, st.Session)
+	case st.Op != wire.SessionOpRun:
+		return a.sessionFail(2, fmt.Errorf("unknown session operation %q", st.Op), wire.SessionNote{})
+	case strings.IndexByte(st.Script, 0) >= 0:
+		return a.sessionFail(2, errors.New("the script holds a NUL byte, which no shell can read"), wire.SessionNote{})
+	case err != nil:
+		return a.sessionFail(125, err, wire.SessionNote{})
 	}
 	for try := 0; ; try++ {
-		ex, again := a.sessionRun(s, st, dir)
+		ex, again := a.sessionRun(s, st, base)
 		if !again || try >= 20 {
 			return ex
 		}
-		time.Sleep(10 * time.Millisecond) // an ending keeper lets go of its socket
+		time.Sleep(10 * time.Millisecond) // an ending shell or server lets go
 	}
 }
 
-// sessionRun is one try of a session run: again when the keeper reached
-// had lost its shell before the script went to it (it never ran).
-func (a *agent) sessionRun(s *stream, st wire.Start, dir string) (wire.Exit, bool) {
-	conn, note, err := ensureKeeper(dir, st.Session, time.Duration(st.SessionIdleMS)*time.Millisecond, s.fwd)
+// sessionRun is one try of a session run: again when the server did not
+// take it (no Hello), or the session's shell was gone before the script
+// went to it: it never ran.
+func (a *agent) sessionRun(s *stream, st wire.Start, base string) (wire.Exit, bool) {
+	conn, err := ensureServer(base, s.fwd)
 	if err != nil {
-		code := 125
-		if strings.Contains(err.Error(), "has no shell") {
-			code = 127
-		}
-		return a.sessionFail(s.id, st.Session, code, err), false
+		return a.sessionFail(125, fmt.Errorf("the session server: %w", err), wire.SessionNote{}), false
 	}
 	defer conn.Close()
 	s.mu.Lock()
 	s.kconn = conn
 	s.mu.Unlock()
 	kw := wire.NewWriter(conn)
-	if err := kw.WriteJSON(wire.TStart, 1, wire.Start{Script: st.Script, Stdin: st.Stdin, Marker: st.Marker}); err != nil {
-		return a.sessionFail(s.id, st.Session, 125, fmt.Errorf("the session's keeper did not take the script: %w", err)), false
+	if err := kw.WriteJSON(wire.TStart, 1, wire.Start{Session: st.Session, Script: st.Script, Stdin: st.Stdin,
+		Marker: st.Marker, SessionIdleMS: st.SessionIdleMS}); err != nil {
+		return wire.Exit{}, true // it went before it took anything
 	}
-	// The writer: hsbx's frames to this keeper, each recorded first, so
-	// that a run the keeper did not take gives them all back.
+	// The writer: hsbx's frames to the server, each recorded first, so
+	// that a run the server did not take gives them all back.
 	gen := s.fwd.try()
 	var sent []wire.Frame
 	writerDone := make(chan struct{})
@@ -258,15 +266,65 @@ func (a *agent) sessionRun(s *stream, st wire.Start, dir string) (wire.Exit, boo
 		<-writerDone
 		s.fwd.requeue(sent)
 	}
+	// Every wait on the server is bounded: for its Hello, and after
+	// hsbx's Signal for its Exit (a process of the sandbox's user may
+	// hold its socket and never answer): then the connection is closed.
+	var taken atomic.Bool
+	var silent, deaf atomic.Bool
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		hello := time.After(serverHelloWait)
+		for {
+			select {
+			case <-hello:
+				hello = nil
+				if !taken.Load() {
+					silent.Store(true)
+					conn.Close()
+					return
+				}
+			case <-s.signalled:
+				if !taken.Load() { // nothing ran: no need to wait
+					conn.Close()
+					return
+				}
+				select {
+				case <-time.After(signalWait):
+					deaf.Store(true)
+					conn.Close()
+				case <-done:
+				}
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
 	rd := wire.NewReader(conn)
 	for {
 		f, err := rd.Read()
 		if err != nil {
-			ex := a.sessionFail(s.id, st.Session, 125, errors.New("its keeper went away while the script ran; the session is lost (the script may have run part-way)"))
-			ex.Session = &wire.SessionNote{New: note.New, Reset: note.Reset, Ended: "its keeper went away"}
-			return ex, false
+			switch {
+			case deaf.Load():
+				return a.sessionFail(130, fmt.Errorf("the session server did not stop the script within %s of the interrupt", signalWait), wire.SessionNote{}), false
+			case silent.Load():
+				return a.sessionFail(125, fmt.Errorf("the session server did not answer within %s (a process in the sandbox may hold its socket)", serverHelloWait), wire.SessionNote{}), false
+			case !taken.Load():
+				select {
+				case <-s.signalled:
+					return a.sessionFail(130, errors.New("interrupted before the session server took the script"), wire.SessionNote{}), false
+				default:
+				}
+				giveBack()
+				return wire.Exit{}, true
+			}
+			return a.sessionFail(125, errors.New("the session server went away while the script ran; the session is lost (the script may have run part-way)"),
+				wire.SessionNote{Ended: "the session server went away"}), false
 		}
 		switch f.Type {
+		case wire.THello:
+			taken.Store(true)
 		case wire.TStdout, wire.TStderr, wire.TCredit:
 			if a.w.Write(f.Type, s.id, f.Payload) != nil {
 				return wire.Exit{Code: 125}, false
@@ -274,24 +332,31 @@ func (a *agent) sessionRun(s *stream, st wire.Start, dir string) (wire.Exit, boo
 		case wire.TExit:
 			var ex wire.Exit
 			if wire.Decode(f, &ex) != nil {
-				return a.sessionFail(s.id, st.Session, 125, errors.New("its keeper sent a bad exit frame")), false
+				return a.sessionFail(125, errors.New("the session server sent a bad exit frame"), wire.SessionNote{}), false
 			}
 			if ex.NotDelivered {
 				giveBack()
 				return wire.Exit{}, true
 			}
-			out := wire.Exit{Code: ex.Code, Killed: ex.Killed, Session: &wire.SessionNote{New: note.New, Reset: note.Reset}}
-			if ex.Session != nil {
-				out.Session.ID, out.Session.Ended = ex.Session.ID, ex.Session.Ended
+			if ex.Session == nil {
+				ex.Session = &wire.SessionNote{}
 			}
-			return out, false
+			return ex, false
 		}
 	}
 }
 
-// dialKeeper connects to the keeper's socket in dir.
-func dialKeeper(dir string) (*net.UnixConn, error) {
-	sock, f, err := shortSock(dir)
+// serverHelloWait bounds the wait for the session server to take a
+// request; signalWait the wait for a run's end after hsbx's Signal (less
+// than channel.KillWait, so hsbx hears of it).
+const (
+	serverHelloWait = 10 * time.Second
+	signalWait      = 4 * time.Second
+)
+
+// dialServer connects to the session server of base.
+func dialServer(base string) (*net.UnixConn, error) {
+	sock, f, err := shortSock(base, serverSock)
 	if err != nil {
 		return nil, err
 	}
@@ -299,26 +364,17 @@ func dialKeeper(dir string) (*net.UnixConn, error) {
 	return net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 }
 
-// ensureKeeper connects to the session's keeper, starting it first if
-// it is not there (note.New; note.Reset says why the last one ended when
-// the sandbox still knows). Agents starting one take the session's lock,
+// ensureServer connects to the session server of base, starting it
+// first when it is not there. Agents starting one take base's lock,
 // within a bound: a stuck holder of it gives an error, never a wait
 // without end. stop, closed, gives up.
-func ensureKeeper(dir, name string, idle time.Duration, stop *fwdQueue) (*net.UnixConn, wire.SessionNote, error) {
-	var note wire.SessionNote
-	uid := os.Geteuid()
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, note, err
+func ensureServer(base string, stop *fwdQueue) (*net.UnixConn, error) {
+	if c, err := dialServer(base); err == nil {
+		return c, nil
 	}
-	if err := ownDir(dir, uid); err != nil {
-		return nil, note, err
-	}
-	if c, err := dialKeeper(dir); err == nil {
-		return c, note, nil
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, sessLock), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+	lock, err := os.OpenFile(filepath.Join(base, serverLock), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, note, err
+		return nil, err
 	}
 	defer lock.Close()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -326,65 +382,56 @@ func ensureKeeper(dir, name string, idle time.Duration, stop *fwdQueue) (*net.Un
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, note, errors.New("another process has been starting this session for 30s")
+			return nil, errors.New("another process has been starting it for 30s")
+		}
+		if stop.isClosed() {
+			return nil, errors.New("interrupted")
 		}
 	}
-	if c, err := dialKeeper(dir); err == nil {
-		return c, note, nil
+	if c, err := dialServer(base); err == nil {
+		return c, nil
 	}
-	note.New = true
-	if b, err := os.ReadFile(filepath.Join(dir, sessEnded)); err == nil {
-		note.Reset = clipLine(strings.TrimSpace(string(b)))
-	}
-	// What a dead keeper left.
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		if e.Name() != sessLock {
-			_ = os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
-	// This very binary, whatever is at its path now (another host may
-	// be installing an agent there).
-	self := "/proc/self/exe"
-	logf, err := os.OpenFile(filepath.Join(dir, sessLog), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	logf, err := os.OpenFile(filepath.Join(base, serverLog), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, note, err
+		return nil, err
 	}
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		logf.Close()
-		return nil, note, err
+		return nil, err
 	}
-	p, err := os.StartProcess(self, []string{self, "session-keeper", dir, name, strconv.FormatInt(idle.Milliseconds(), 10)},
+	// This very binary, whatever is at its path now (another host may
+	// be installing an agent there).
+	self := "/proc/self/exe"
+	p, err := os.StartProcess(self, []string{self, "session-server", base},
 		&os.ProcAttr{Files: []*os.File{null, null, logf}, Sys: &syscall.SysProcAttr{Setsid: true}})
 	logf.Close()
 	null.Close()
 	if err != nil {
-		return nil, note, fmt.Errorf("starting the session's keeper: %w", err)
+		return nil, fmt.Errorf("starting it: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _, _ = p.Wait(); close(exited) }()
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		if c, err := dialKeeper(dir); err == nil {
-			return c, note, nil
+		if c, err := dialServer(base); err == nil {
+			return c, nil
 		}
 		select {
 		case <-exited:
-			b, _ := os.ReadFile(filepath.Join(dir, sessLog))
+			b, _ := os.ReadFile(filepath.Join(base, serverLog))
 			msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "hsbx agent: "))
 			if msg == "" {
 				msg = "it exited at once"
 			}
-			_ = os.RemoveAll(dir)
-			return nil, note, errors.New(clipLine(msg))
+			return nil, errors.New(clipLine(msg))
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			_ = p.Kill()
-			return nil, note, errors.New("its keeper did not start within 20s")
+			return nil, errors.New("it did not start within 20s")
 		}
 		if stop.isClosed() {
-			return nil, note, errors.New("interrupted")
+			return nil, errors.New("interrupted")
 		}
 	}
 }
@@ -395,68 +442,74 @@ func (q *fwdQueue) isClosed() bool {
 	return q.closed
 }
 
-// keeperCall sends one request to a live keeper and returns its stdout
-// and exit, within wait.
-func keeperCall(dir string, st wire.Start, wait time.Duration) ([]byte, wire.Exit, error) {
-	c, err := dialKeeper(dir)
+// serverCall sends one request to a running session server (never
+// starts one) and returns its stdout (up to limit bytes) and exit, all
+// within wait; taken says the server took it (its Hello).
+func serverCall(base string, st wire.Start, wait time.Duration, limit int) (out []byte, ex wire.Exit, taken bool, err error) {
+	c, err := dialServer(base)
 	if err != nil {
-		return nil, wire.Exit{}, err
+		return nil, ex, false, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(wait))
 	if err := wire.NewWriter(c).WriteJSON(wire.TStart, 1, st); err != nil {
-		return nil, wire.Exit{}, err
+		return nil, ex, false, err
 	}
 	rd := wire.NewReader(c)
-	var out []byte
 	for {
 		f, err := rd.Read()
 		if err != nil {
-			return nil, wire.Exit{}, err
+			return out, ex, taken, err
 		}
 		switch f.Type {
+		case wire.THello:
+			taken = true
 		case wire.TStdout:
-			if len(out) < 64<<10 {
-				out = append(out, f.Payload...)
+			if len(out)+len(f.Payload) > limit {
+				return out, ex, taken, fmt.Errorf("its answer is over %d bytes", limit)
 			}
+			out = append(out, f.Payload...)
 		case wire.TExit:
-			var ex wire.Exit
 			err := wire.Decode(f, &ex)
-			return out, ex, err
+			return out, ex, taken, err
 		}
 	}
 }
 
 // closeSession ends the session's shell and forgets it.
-func (a *agent) closeSession(id uint32, dir, name string) wire.Exit {
-	if err := ownDir(dir, os.Geteuid()); err != nil {
-		return a.sessionFail(id, name, 1, errors.New("no such session"))
+func (a *agent) closeSession(id uint32, base, name string) wire.Exit {
+	for try := 0; ; try++ {
+		_, ex, taken, err := serverCall(base, wire.Start{Op: wire.SessionOpClose, Session: name}, 10*time.Second, 0)
+		switch {
+		case err == nil && ex.Code == 0:
+			return wire.Exit{Code: 0}
+		case err == nil || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
+			return a.opFail(id, name, 1, errors.New("no such session"))
+		case !taken && try < 20:
+			time.Sleep(10 * time.Millisecond) // a server that was leaving
+			continue
+		}
+		return a.opFail(id, name, 125, fmt.Errorf("the session server did not close it: %w", err))
 	}
-	_, _, err := keeperCall(dir, wire.Start{Op: wire.SessionOpClose}, 10*time.Second)
-	_ = os.RemoveAll(dir)
-	if err != nil {
-		return a.sessionFail(id, name, 1, errors.New("no such session (its shell had ended already)"))
-	}
-	return wire.Exit{Code: 0}
 }
 
+// listSessionsWait bounds a listing, however the server answers.
+const listSessionsWait = 5 * time.Second
+
 // listSessions writes one wire.SessionInfo a line for each live session.
-func (a *agent) listSessions(id uint32) wire.Exit {
-	base, err := sessionsBase()
-	if err != nil {
-		return a.sessionFail(id, "", 125, err)
+func (a *agent) listSessions(id uint32, base string) wire.Exit {
+	out, ex, taken, err := serverCall(base, wire.Start{Op: wire.SessionOpList}, listSessionsWait, 16<<20)
+	switch {
+	case !taken && (errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.EOF)):
+		return wire.Exit{Code: 0} // no server: no session
+	case err != nil:
+		return a.opFail(id, "", 125, fmt.Errorf("listing sessions: the session server did not answer within %s: %w", listSessionsWait, err))
+	case ex.Code != 0:
+		return a.opFail(id, "", 125, fmt.Errorf("listing sessions: the session server exited %d", ex.Code))
 	}
-	ents, _ := os.ReadDir(base)
-	for _, e := range ents {
-		if !wire.ValidSessionName(e.Name()) || !e.IsDir() {
-			continue
-		}
-		out, ex, err := keeperCall(filepath.Join(base, e.Name()), wire.Start{Op: "info"}, 2*time.Second)
-		if err != nil || ex.Code != 0 {
-			continue
-		}
+	for _, line := range bytes.Split(out, []byte("\n")) {
 		var info wire.SessionInfo
-		if json.Unmarshal(out, &info) != nil || info.Name != e.Name() {
+		if len(line) == 0 || json.Unmarshal(line, &info) != nil || !wire.ValidSessionName(info.Name) {
 			continue
 		}
 		b, _ := json.Marshal(info)

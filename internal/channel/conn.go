@@ -73,6 +73,21 @@ type Result struct {
 	WriteErr *WriteError
 	// Session reports on the shell a session's script ran in.
 	Session *wire.SessionNote
+	// Failure: the agent could not run what was asked (wire.Exit.Failed);
+	// Code is then hsbx's, not the command's.
+	Failure Failure
+}
+
+// Failure is the agent's word that its own machinery, not the command,
+// failed (wire.Exit's Failed, Exhausted, NoShell).
+type Failure struct {
+	Msg       string
+	Exhausted bool
+	NoShell   bool
+}
+
+func failure(e wire.Exit) Failure {
+	return Failure{Msg: e.Failed, Exhausted: e.Exhausted, NoShell: e.NoShell}
 }
 
 // WriteError is a holder's failed write to a file the client passed.
@@ -476,7 +491,7 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 	var res Result
 	select {
 	case e := <-s.exit:
-		res.Code, res.Session = e.Code, e.Session
+		res.Code, res.Session, res.Failure = e.Code, e.Session, failure(e)
 		if e.Error != "" {
 			return res, &BrokenError{Err: errors.New(e.Error)}
 		}
@@ -487,7 +502,7 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 		_ = c.w.Write(wire.TSignal, id, []byte{byte(syscall.SIGKILL)})
 		select {
 		case e := <-s.exit:
-			res.Code, res.Killed, res.Session = e.Code, e.Killed, e.Session
+			res.Code, res.Killed, res.Session, res.Failure = e.Code, e.Killed, e.Session, failure(e)
 		case <-s.broken:
 			return res, &BrokenError{Err: c.Err()}
 		case <-time.After(KillWait):

@@ -268,7 +268,8 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 		go in.watch()
 	}
 	res, err := h.Conn.Run(runCtx, req)
-	exit := wire.Exit{Code: res.Code, Killed: res.Killed, Session: res.Session}
+	exit := wire.Exit{Code: res.Code, Killed: res.Killed, Session: res.Session,
+		Failed: res.Failure.Msg, Exhausted: res.Failure.Exhausted, NoShell: res.Failure.NoShell}
 	var be *BrokenError
 	switch {
 	case errors.Is(err, ErrNotDelivered):

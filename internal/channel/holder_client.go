@@ -120,7 +120,7 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 		if err := wire.DecodeExit(f.Payload, &e); err != nil {
 			return res, &BrokenError{Err: err}
 		}
-		res.Code, res.Killed, res.Session = e.Code, e.Killed, e.Session
+		res.Code, res.Killed, res.Session, res.Failure = e.Code, e.Killed, e.Session, failure(e)
 		if e.WriteFailed != "" {
 			res.Interrupted = true
 			res.WriteErr = &WriteError{Stream: e.WriteFailed, Err: e.WriteError, BrokenPipe: e.BrokenPipe}

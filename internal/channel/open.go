@@ -2,6 +2,7 @@ package channel
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -215,10 +216,13 @@ func passing(err error) bool {
 // written again, and its first run renames it to path (agent.RunMode's
 // install-as), which replaces any other host's copy in one step — a
 // process never runs a file while it is being written. An exec user that
-// is not root cannot rename in /: its agent is written at path itself.
+// is not root cannot rename in /, and an agent from an hsbx before
+// install-as (an exec_channel_agent of an older build: its binary holds no
+// such word) cannot rename itself: their agents are written at path.
 func install(ctx context.Context, a Agent, path string, bin []byte) (run []string, err error) {
 	target, run := path, []string{path}
-	if a.User == "" || a.User == "0" || a.User == "root" || strings.HasPrefix(a.User, "0:") || strings.HasPrefix(a.User, "root:") {
+	root := a.User == "" || a.User == "0" || a.User == "root" || strings.HasPrefix(a.User, "0:") || strings.HasPrefix(a.User, "root:")
+	if root && bytes.Contains(bin, []byte("install-as")) {
 		var r [8]byte
 		_, _ = rand.Read(r[:])
 		target = path + ".new-" + hex.EncodeToString(r[:])

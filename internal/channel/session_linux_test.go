@@ -7,6 +7,7 @@ import (
 	"errors"
 	"github.com/hsbx/hsbx/internal/agent"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -371,8 +372,8 @@ func TestSessionListAndClose(t *testing.T) {
 		t.Fatalf("after close: %+v %q", r.Session, r.out)
 	}
 	bad := srun(t, c, "../x", "true", nil)
-	if bad.Code != 2 || !strings.Contains(bad.err, "bad session name") {
-		t.Fatalf("bad name: %+v %q", bad.Result, bad.err)
+	if bad.Code != 2 || !strings.Contains(bad.Failure.Msg, "bad session name") || bad.err != "" {
+		t.Fatalf("bad name: %+v %q (want the failure in the exit, not as the script's stderr)", bad.Result, bad.err)
 	}
 	none := srun(t, c, "never", "", func(r *Request) { r.Start.Op = wire.SessionOpClose })
 	if none.Code != 1 || !strings.Contains(none.err, "no such session") {
@@ -447,6 +448,109 @@ func TestSessionStdinSurvivesRetry(t *testing.T) {
 				t.Fatalf("the ender: %+v", e)
 			}
 			closeSession(t, c, "retry")
+		})
+	}
+}
+
+// A process of the sandbox's user holding the session server's socket,
+// accepting and never answering: every wait on it is bounded. A run
+// with a deadline ends soon after it (interrupted, the channel intact),
+// one without is hsbx's failure after the server's bound, and a listing
+// fails within its own bound instead of hanging.
+func TestSessionServerThatNeverAnswers(t *testing.T) {
+	sc := sessionShells(t)[0]
+	sessionEnv(t, sc)
+	base := filepath.Join(os.Getenv(SessionsDirVarForTest), ".hsbx-sessions-"+strconv.Itoa(os.Geteuid()))
+	if err := os.Mkdir(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(base, ".server.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	c := pair(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	r := srunCtx(ctx, t, c, "s", "true", nil)
+	if d := time.Since(start); r.runErr != nil || !r.Interrupted || d > KillWait {
+		t.Fatalf("a run with a 1s deadline: %+v %v after %s, want interrupted within %s", r.Result, r.runErr, d, KillWait)
+	}
+
+	start = time.Now()
+	r = srun(t, c, "s", "true", nil)
+	if d := time.Since(start); r.runErr != nil || r.Code != 125 || !strings.Contains(r.Failure.Msg, "did not answer within") || d > 15*time.Second {
+		t.Fatalf("a run without a deadline: %+v %v after %s", r.Result, r.runErr, d)
+	}
+
+	start = time.Now()
+	l := srun(t, c, "", "", func(q *Request) { q.Start.Op = wire.SessionOpList })
+	if d := time.Since(start); l.runErr != nil || l.Code != 125 || !strings.Contains(l.err, "did not answer within") || d > 8*time.Second {
+		t.Fatalf("listing: %+v %q %v after %s", l.Result, l.err, l.runErr, d)
+	}
+	// The channel is whole: a plain command runs.
+	if r, err := c.Run(context.Background(), Request{Start: wire.Start{Argv: []string{"true"}}}); err != nil || r.Code != 0 {
+		t.Fatalf("a command after all that: %+v %v", r, err)
+	}
+}
+
+// Closing a session ends everything it started, however it detached: a
+// background job, a setsid one, one that ignores SIGHUP in a child shell
+// and in a subshell.
+func TestSessionCloseEndsItsJobs(t *testing.T) {
+	for _, sc := range sessionShells(t) {
+		t.Run(sc.name, func(t *testing.T) {
+			sessionEnv(t, sc)
+			c := pair(t)
+			tag := strconv.Itoa(7000 + os.Getpid()%1000)
+			script := `sleep ` + tag + `1 & setsid sleep ` + tag + `2 & sh -c 'trap "" HUP; exec sleep ` + tag + `3' & (trap "" HUP; sleep ` + tag + `4) & true`
+			if r := srun(t, c, "jobs", script, nil); r.runErr != nil || r.Code != 0 {
+				t.Fatalf("starting the jobs: %+v %q", r.Result, r.err)
+			}
+			running := func() []string {
+				var found []string
+				ents, _ := os.ReadDir("/proc")
+				for _, e := range ents {
+					b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+					if err == nil && strings.Contains(string(b), "sleep\x00"+tag) {
+						found = append(found, strings.ReplaceAll(string(b), "\x00", " "))
+					}
+				}
+				return found
+			}
+			for deadline := time.Now().Add(5 * time.Second); len(running()) < 4 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			}
+			if n := len(running()); n != 4 {
+				t.Fatalf("%d of the 4 jobs started: %q", n, running())
+			}
+			closeSession(t, c, "jobs")
+			for deadline := time.Now().Add(5 * time.Second); len(running()) > 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			}
+			if left := running(); len(left) > 0 {
+				t.Fatalf("after close, still running: %q", left)
+			}
 		})
 	}
 }

@@ -403,7 +403,7 @@ func parseCommand(env Env) (g *Globals, command string, flags []config.Flag, run
 	var ie *internalError
 	switch {
 	case errors.As(err, &ie) && wantsJSON(env.Args):
-		reportJSON(env.Stderr, "internal", err.Error(), "", ExitError)
+		reportJSON(env.Stderr, "internal", err.Error(), kindHints["internal"], ExitError)
 		return nil, "", nil, nil, ExitError
 	case errors.As(err, &ie):
 		fmt.Fprintf(env.Stderr, "hsbx: %v\n", err)
@@ -502,8 +502,12 @@ func report(ctx context.Context, w io.Writer, err error, asJSON bool) int {
 		return ee.code
 	}
 	code, hint := exitCode(ctx, err), cliHint(err)
+	kind := errorKind(ctx, err)
+	if hint == "" {
+		hint = kindHints[kind]
+	}
 	if asJSON {
-		reportJSON(w, errorKind(ctx, err), err.Error(), hint, code)
+		reportJSON(w, kind, err.Error(), hint, code)
 		return code
 	}
 	fmt.Fprintf(w, "hsbx: %s\n", safeText(err.Error()))
@@ -536,8 +540,26 @@ func cliHint(err error) string {
 		return "try again when the command has ended (`hsbx ls` shows the sandbox), or `hsbx down` removes it whatever runs in it"
 	case errors.As(err, &ne):
 		return fmt.Sprintf("`hsbx up --recreate --task %s` replaces it with an air-gapped one (`hsbx down --task %s` removes it), or set network = true", ne.Task, ne.Task)
+	case errors.Is(err, sandbox.ErrResourceExhausted):
+		return "each session is a shell in the sandbox: `hsbx session close NAME` those no longer needed, end what runs there, or raise pids_limit or memory"
+	case errors.Is(err, sandbox.ErrNoShell):
+		return "sessions need bash or sh in the image; `hsbx exec` runs an argv without a shell"
 	}
 	return runtime.Hint(err)
+}
+
+// kindHints are the hints of errors that name no fix of their own, by
+// their --json kind: every error has one.
+var kindHints = map[string]string{
+	"usage":          usageHint,
+	"no_session":     "`hsbx session ls` lists the sandbox's sessions; a run makes one",
+	"no_sandbox":     "`hsbx up` makes the task's sandbox (`hsbx ls` lists them)",
+	"no_such_path":   "check the path (`hsbx exec -- ls DIR` lists a directory in the sandbox)",
+	"sandbox_exists": "`hsbx down` removes it first, or use another --task",
+	"copy_too_large": "raise copy_max_size (HSBX_COPY_MAX_SIZE), or copy less",
+	"session_failed": "run it again (a new session server starts); what failed is named above",
+	"error":          "run it again with --log-level debug to see each engine call",
+	"internal":       "this is hsbx's own failure: please report it",
 }
 
 // cliRemedy names a remedy in the library's warnings and errors as the

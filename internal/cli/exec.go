@@ -21,7 +21,7 @@ type ExecCmd struct {
 	Timeout     string   `help:"Kill the command (in the sandbox) after this long and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
 	Interactive bool     `short:"i" help:"Keep stdin open."`
 	TTY         bool     `short:"t" help:"Allocate a terminal."`
-	MaxOutput   string   `help:"With --json: keep at most this much of each of stdout and stderr in the result (bytes, or like 64k, 4m; default 1m); the rest is counted, not kept." placeholder:"SIZE"`
+	MaxOutput   string   `help:"With --json: keep at most this much of each of stdout and stderr in the result (bytes, or like 64k, 4m; default 1m; 0 keeps none); the rest is counted, not kept." placeholder:"SIZE"`
 	Cmd         []string `arg:"" passthrough:"partial" help:"The command and its arguments (after --; everything before -- is hsbx's)." placeholder:"CMD"`
 }
 

@@ -214,6 +214,12 @@ func TestTimeoutWithoutAShellRealEngines(t *testing.T) {
 			if code != 0 || strings.Contains(out, "sleep 60") {
 				t.Fatalf("after the timeout (exit %d %s), ps shows:\n%s", code, errOut, out)
 			}
+			// A session needs a shell: hsbx's own failure, an error object
+			// under --json (not a result a script could have printed).
+			code, out, errOut = runMain(t, env, "run", "--json", "--task", task, "--", "true")
+			if code != 127 || out != "" || !strings.Contains(errOut, `"kind":"no_shell"`) || !strings.Contains(errOut, `"hint":"sessions need bash or sh`) {
+				t.Fatalf("run --json without a shell: exit %d, stdout %q, stderr %s", code, out, errOut)
+			}
 		})
 	}
 }

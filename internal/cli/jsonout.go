@@ -262,9 +262,16 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 			return k.kind, ExitEngine
 		}
 	}
+	var sse *sandbox.SessionError
 	switch {
 	case errors.Is(err, sandbox.ErrNoSession):
 		return "no_session", ExitError
+	case errors.Is(err, sandbox.ErrResourceExhausted):
+		return "resource_exhausted", ExitEngine
+	case errors.Is(err, sandbox.ErrNoShell):
+		return "no_shell", 127
+	case errors.As(err, &sse):
+		return "session_failed", ExitEngine
 	case errors.Is(err, sandbox.ErrSandboxExists):
 		return "sandbox_exists", ExitError
 	case errors.Is(err, sandbox.ErrCopyTooLarge):

@@ -126,7 +126,7 @@ func DecodeHello(p []byte, h *Hello) error {
 func DecodeExit(p []byte, e *Exit) error {
 	*e = Exit{}
 	d := &scan{p: p}
-	err := d.object(0, []string{"code", "killed", "error", "not_delivered", "write_failed", "write_error", "broken_pipe", "session"}, func(key string) error {
+	err := d.object(0, []string{"code", "killed", "error", "not_delivered", "write_failed", "write_error", "broken_pipe", "session", "failed", "exhausted", "no_shell"}, func(key string) error {
 		var err error
 		switch key {
 		case "code":
@@ -145,6 +145,12 @@ func DecodeExit(p []byte, e *Exit) error {
 			e.BrokenPipe, err = d.bool()
 		case "session":
 			e.Session, err = d.sessionNote()
+		case "failed":
+			e.Failed, err = d.str()
+		case "exhausted":
+			e.Exhausted, err = d.bool()
+		case "no_shell":
+			e.NoShell, err = d.bool()
 		}
 		return err
 	})

@@ -135,7 +135,10 @@ type Start struct {
 
 // Session operations (Start.Op). Run (""): Script in Session's shell,
 // made if need be. Close: end Session's shell (exit 0; 1 if there was
-// none). List: one SessionInfo a line, as JSON, on stdout.
+// none). List: one SessionInfo a line, as JSON, on stdout. Inside the
+// sandbox the agent sends them on to its user's session server, which
+// first answers with a Hello: it took the request (without one, nothing
+// ran, and the agent may try again).
 const (
 	SessionOpRun   = ""
 	SessionOpClose = "close"
@@ -188,6 +191,16 @@ type Exit struct {
 	BrokenPipe  bool   `json:"broken_pipe,omitempty"`
 	// Session reports on the shell a session run used.
 	Session *SessionNote `json:"session,omitempty"`
+	// Failed: hsbx's own machinery could not run what was asked (the
+	// command could not start for want of a resource; a session's server
+	// or shell could not start, or went away), not the command: why, in
+	// the agent's words, and Code is hsbx's. What was asked did not run
+	// (a session's script may have run part-way when Session.Ended is set
+	// too). Exhausted: for want of processes, memory, descriptors or
+	// disk; NoShell: a session asked of an image with no shell.
+	Failed    string `json:"failed,omitempty"`
+	Exhausted bool   `json:"exhausted,omitempty"`
+	NoShell   bool   `json:"no_shell,omitempty"`
 }
 
 // ErrTooLarge is returned for a frame whose payload exceeds MaxPayload.
