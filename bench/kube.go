@@ -75,6 +75,7 @@ func kubeBench(ctx context.Context) string {
 	}
 	b.WriteString("\n")
 	must(ctx, e.env, e.hsbx("down", "--task", "warm")...)
+	b.WriteString(sessionScale(ctx, e))
 	b.WriteString(kubeReap(ctx, e, kc))
 	return b.String()
 }

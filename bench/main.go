@@ -150,6 +150,7 @@ func main() {
 		b.WriteString(channelGaps(e, versionStart(ctx, e), viaHolder, libTimes))
 		b.WriteString(mem)
 		b.WriteString(reapAtScale(ctx, e))
+		b.WriteString(sessionScale(ctx, e))
 		b.WriteString(concurrency(ctx, e))
 		cleanup(ctx, e)
 	}
