@@ -212,6 +212,11 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 		return true, fmt.Errorf("hsbx's agent handed the copy back after sending %d bytes of it", sent.n)
 	case errors.Is(err, errNotReached), err == nil && (code == wire.ExitUseEngine || code == 2):
 		return false, nil
+	case errors.Is(err, ErrResourceExhausted) && sent.n == 0:
+		// The agent could not start its copy (the sandbox is out of
+		// processes): the engine's cp needs none in the sandbox.
+		s.m.log.Debug("the agent could not start the copy; the engine's cp makes it", "error", err)
+		return false, nil
 	case err != nil:
 		return true, err
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -352,9 +354,21 @@ func TestSessionsAtTheProcessLimit(t *testing.T) {
 				t.Fatalf("session %d after the limit: %+v %v %q", i, res, err, out.String())
 			}
 		}
+		// Fill what is left with a session's background jobs: then a
+		// command cannot start (hsbx's error, not 126), a copy out falls
+		// back to the engine's cp, and closing the session frees them.
+		if _, err := sb.RunScript(ctx, "s0", sandbox.Script{Text: `i=0; while [ $i -lt 60 ]; do sleep 1000 & i=$((i+1)); done 2>/dev/null; true`}); err != nil {
+			t.Fatal(err)
+		}
 		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}})
-		if err == nil && code == 126 || err != nil && !errors.Is(err, sandbox.ErrResourceExhausted) {
-			t.Errorf("exec at the limit: %d %v, want 0 or ErrResourceExhausted, never 126", code, err)
+		if !errors.Is(err, sandbox.ErrResourceExhausted) {
+			t.Errorf("exec with no process left: %d %v, want ErrResourceExhausted, never 126", code, err)
+		}
+		dst := filepath.Join(t.TempDir(), "hostname")
+		if err := sb.CopyOut(ctx, "/etc/hostname", dst); err != nil {
+			t.Errorf("cp out with no process left: %v, want the engine's cp to make it", err)
+		} else if b, _ := os.ReadFile(dst); len(b) == 0 {
+			t.Errorf("cp out with no process left made an empty file")
 		}
 		for i := range 4 {
 			if err := sb.CloseSession(ctx, fmt.Sprintf("s%d", i)); err != nil {
@@ -363,6 +377,9 @@ func TestSessionsAtTheProcessLimit(t *testing.T) {
 		}
 		if res, err := sb.RunScript(ctx, "again", sandbox.Script{Text: "true"}); err != nil || res.Code != 0 {
 			t.Fatalf("a session after closing some: %+v %v", res, err)
+		}
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil || code != 0 {
+			t.Fatalf("exec after closing the session that filled the sandbox: %d %v", code, err)
 		}
 	})
 }

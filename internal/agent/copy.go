@@ -23,7 +23,10 @@ import (
 // ID:DST`'s placement. The archive's top entry is the source's base name
 // (or "./" entries for "SRC/."): into dst when dst is a directory, else
 // as dst itself (its parent must exist). Nothing is written outside the
-// directory it extracts into (os.Root); links are made as they are.
+// directory it extracts into (os.Root); links are made as they are, and
+// an entry's missing parents as directories (as the engines' cp does).
+// Entries it does not make — fifos, devices, sparse files — are passed
+// over and named, after the rest is copied, in a *NotCopiedError.
 func TarIn(r io.Reader, dst string) error {
 	tr := tar.NewReader(r)
 	first, err := tr.Next()
@@ -39,6 +42,7 @@ func TarIn(r io.Reader, dst string) error {
 	}
 	defer root.Close()
 	var dirs []*tar.Header // their times are set last: what goes in them changes them
+	var skipped []string
 	for h := first; ; {
 		name := strings.TrimPrefix(path.Clean(h.Name), "./")
 		if !contents {
@@ -47,7 +51,14 @@ func TarIn(r io.Reader, dst string) error {
 				h.Linkname = rename + strings.TrimPrefix(strings.TrimPrefix(path.Clean(h.Linkname), "./"), top)
 			}
 		}
-		if name != "." && name != "" {
+		if what := notCopied(h); what != "" && name != "." && name != "" {
+			skipped = append(skipped, fmt.Sprintf("%s (%s)", h.Name, what))
+		} else if name != "." && name != "" {
+			if dir := path.Dir(name); dir != "." {
+				if err := root.MkdirAll(dir, 0o755); err != nil {
+					return fmt.Errorf("%s: %w", h.Name, err)
+				}
+			}
 			if err := place(root, tr, h, name); err != nil {
 				return fmt.Errorf("%s: %w", h.Name, err)
 			}
@@ -67,7 +78,40 @@ func TarIn(r io.Reader, dst string) error {
 			return fmt.Errorf("%s: %w", h.Name, err)
 		}
 	}
+	if len(skipped) > 0 {
+		return &NotCopiedError{Entries: skipped}
+	}
 	return nil
+}
+
+// NotCopiedError names the entries of an archive TarIn did not make (the
+// rest was copied).
+type NotCopiedError struct{ Entries []string }
+
+func (e *NotCopiedError) Error() string {
+	const shown = 10
+	list := strings.Join(e.Entries[:min(len(e.Entries), shown)], ", ")
+	if len(e.Entries) > shown {
+		list += fmt.Sprintf(" and %d more", len(e.Entries)-shown)
+	}
+	return "not copied (the rest was): " + list + "; hsbx makes only files, directories and links"
+}
+
+// notCopied says what kind of entry h is when TarIn does not make it.
+func notCopied(h *tar.Header) string {
+	switch h.Typeflag {
+	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeXHeader, tar.TypeXGlobalHeader:
+		return ""
+	case tar.TypeFifo:
+		return "a fifo"
+	case tar.TypeChar:
+		return "a character device"
+	case tar.TypeBlock:
+		return "a block device"
+	case tar.TypeGNUSparse:
+		return "a sparse file"
+	}
+	return fmt.Sprintf("an entry of type %q", h.Typeflag)
 }
 
 // PlacementError is a TarIn that wrote nothing: where the archive would
@@ -155,5 +199,5 @@ func place(root *os.Root, tr *tar.Reader, h *tar.Header, name string) error {
 		_ = root.Remove(name)
 		return root.Link(strings.TrimPrefix(path.Clean(h.Linkname), "./"), name)
 	}
-	return nil // devices and the like are not made
+	return nil // notCopied keeps every other kind from here
 }

@@ -3,6 +3,8 @@ package agent
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -178,4 +180,73 @@ func TestTarInKeepsAStreamsNames(t *testing.T) {
 	if got, want := listing(t, dst), "a=a ab/ ab/x=ab/x b=b"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
+}
+
+// An archive streamed in (cp - :DIR) may hold what TarIn does not make:
+// fifos, devices and sparse files are passed over and named, after the
+// rest is copied; an entry whose parents have no entries of their own
+// gets them, as the engines' cp makes them.
+func TestTarInNamesWhatItDoesNotMake(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	entries := []tar.Header{
+		{Name: "in/fifo", Typeflag: tar.TypeFifo, Mode: 0o644},
+		{Name: "in/tty", Typeflag: tar.TypeChar, Mode: 0o644, Devmajor: 5},
+		{Name: "in/disk", Typeflag: tar.TypeBlock, Mode: 0o644, Devmajor: 8},
+		{Name: "deep/er/file", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2},
+	}
+	for _, h := range entries {
+		must(t, tw.WriteHeader(&h))
+		if h.Size > 0 {
+			_, err := tw.Write([]byte("ok"))
+			must(t, err)
+		}
+	}
+	must(t, tw.Close())
+	// A GNU sparse entry of 50 GB (a header and no data: all hole), as
+	// GNU tar writes one, appended by hand (archive/tar writes none).
+	raw := buf.Bytes()[:buf.Len()-1024] // without the end-of-archive blocks
+	sparse := sparseHeader(t, "in/big", 50<<30)
+	raw = append(append(append([]byte{}, raw...), sparse...), make([]byte, 1024)...)
+
+	dst := t.TempDir()
+	err := TarIn(bytes.NewReader(raw), dst+"/")
+	var nc *NotCopiedError
+	if !errors.As(err, &nc) || len(nc.Entries) != 4 {
+		t.Fatalf("TarIn: %v, want the fifo, the two devices and the sparse file named", err)
+	}
+	for _, want := range []string{"in/fifo (a fifo)", "in/tty (a character device)", "in/disk (a block device)", "in/big (a sparse file)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+	if got := listing(t, dst); got != "deep/ deep/er/ deep/er/file=ok" {
+		t.Errorf("what was made:\n%s", got)
+	}
+}
+
+// sparseHeader is a GNU tar header block of an old-style sparse file of
+// size bytes that holds no data at all.
+func sparseHeader(t *testing.T, name string, size int64) []byte {
+	t.Helper()
+	var h [512]byte
+	copy(h[0:], name)
+	copy(h[100:], "0000644\x00")
+	copy(h[108:], "0000000\x00")
+	copy(h[116:], "0000000\x00")
+	copy(h[124:], "00000000000\x00") // no data stored
+	copy(h[136:], "00000000000\x00")
+	h[156] = 'S'
+	copy(h[257:], "ustar  \x00") // GNU magic and version
+	// realsize (the file's size) at 483, as 11 octal digits and a NUL.
+	copy(h[483:], fmt.Sprintf("%011o\x00", size))
+	for i := 148; i < 156; i++ {
+		h[i] = ' '
+	}
+	sum := 0
+	for _, b := range h {
+		sum += int(b)
+	}
+	copy(h[148:], fmt.Sprintf("%06o\x00 ", sum))
+	return h[:]
 }
