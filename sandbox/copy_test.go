@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
 )
@@ -689,6 +690,54 @@ func TestRelativePathsFromTheWorkingDirectory(t *testing.T) {
 		}
 		if b, err := os.ReadFile(back); err != nil || string(b) != "relative\n" {
 			t.Errorf("copied out of sub/f.txt: %q %v", b, err)
+		}
+	})
+}
+
+// The sandbox's agent is the sandbox's: root there can replace it (hsbx
+// runs what is at its path). On every engine, an agent that answers a
+// copy out with an archive built to plant a link to a host file — a file,
+// the same name again as a link climbing out of the destination, a hard
+// link to that name — gets the copy refused and named, and the host file
+// stays as it was, whatever is then written through what was copied.
+func TestCopyOutFromAHostileAgent(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		m := sandbox.New(sandbox.Config{
+			Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
+			Environ: e.tg.Env, StopGrace: 5 * time.Second,
+			Warn: func(string) {}, Channel: true, Agent: enginetest.HostileAgentBinary(t), CopyChannelMax: 1 << 20,
+		})
+		sb := m.Sandbox(e.key("hostile"), e.spec())
+		t.Cleanup(func() { _, _ = sb.Down(ctx); _ = sb.Close(ctx) })
+		if _, err := sb.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"mkdir", "-p", "/srv/src"}}); err != nil || code != 0 {
+			t.Fatalf("mkdir: %d %v", code, err)
+		}
+		base := t.TempDir()
+		outside := filepath.Join(base, "outside")
+		if err := os.WriteFile(outside, []byte("host file\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(base, "dest")
+		err := sb.CopyOut(ctx, "/srv/src", dst)
+		var lr *sandbox.LinksRefusedError
+		if !errors.As(err, &lr) || !strings.Contains(err.Error(), "h =>") {
+			t.Fatalf("cp out from a hostile agent: %v, want the hard link h refused and named", err)
+		}
+		if st, lerr := os.Lstat(filepath.Join(dst, "h")); lerr == nil && !st.Mode().IsRegular() {
+			t.Errorf("h is a %v", st.Mode().Type())
+		}
+		for _, p := range []string{"h", "a/b/c/f"} {
+			if f, oerr := os.OpenFile(filepath.Join(dst, p), os.O_WRONLY|os.O_APPEND, 0); oerr == nil {
+				_, _ = f.WriteString("x\n")
+				_ = f.Close()
+			}
+		}
+		if b, _ := os.ReadFile(outside); string(b) != "host file\n" {
+			t.Fatalf("the host file outside the destination changed: %q", b)
 		}
 	})
 }

@@ -254,32 +254,49 @@ func (tg Target) Dialect() runtime.Dialect {
 	return runtime.Docker
 }
 
-var (
-	agentOnce     sync.Once
-	agentPath     string
-	errAgentBuild error
-)
+// built is one static build of a package per test process.
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
 
-// AgentBinary builds hsbx statically (CGO_ENABLED=0, as `make build`
-// does) once per test process and returns its path: the exec channel's
-// agent for tests whose own binary is not static.
-func AgentBinary(t testing.TB) string {
+var agentBuild, hostileBuild built
+
+// build builds pkg statically (CGO_ENABLED=0, as `make build` does) once
+// per test process and returns its path.
+func (b *built) build(t testing.TB, pkg, name string) string {
 	t.Helper()
-	agentOnce.Do(func() {
+	b.once.Do(func() {
 		dir, err := TempDir("hsbx-agent-")
 		if err != nil {
-			errAgentBuild = err
+			b.err = err
 			return
 		}
-		agentPath = filepath.Join(dir, "hsbx")
-		cmd := exec.Command("go", "build", "-o", agentPath, "github.com/hsbx/hsbx/cmd/hsbx")
+		b.path = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", b.path, pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			errAgentBuild = fmt.Errorf("building the agent: %v\n%s", err, out)
+			b.err = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 		}
 	})
-	if errAgentBuild != nil {
-		t.Fatal(errAgentBuild)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return agentPath
+	return b.path
+}
+
+// AgentBinary is hsbx built statically: the exec channel's agent for
+// tests whose own binary is not static.
+func AgentBinary(t testing.TB) string {
+	t.Helper()
+	return agentBuild.build(t, "github.com/hsbx/hsbx/cmd/hsbx", "hsbx")
+}
+
+// HostileAgentBinary is an agent that answers every copy out with an
+// archive built to plant a link to a host file (testdata/hostileagent):
+// what root in a sandbox could put at the agent's path.
+func HostileAgentBinary(t testing.TB) string {
+	t.Helper()
+	return hostileBuild.build(t, "github.com/hsbx/hsbx/internal/enginetest/testdata/hostileagent", "hostile-agent")
 }
