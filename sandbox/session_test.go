@@ -110,6 +110,21 @@ func TestSessionsEveryEngine(t *testing.T) {
 		if !names["a"] || !names["b"] || len(infos) != 2 {
 			t.Fatalf("sessions: %+v", infos)
 		}
+		// Close ends what the session started, however it detached.
+		tag := fmt.Sprintf("%d", 70000+time.Now().Nanosecond()%9000)
+		if res, _, _, err := run(b, `setsid sleep `+tag+`1 & (trap "" HUP; sleep `+tag+`2) & sh -c 'trap "" HUP; exec sleep `+tag+`3' & true`, 0); err != nil || res.Code != 0 {
+			t.Fatalf("starting detached jobs: %+v %v", res, err)
+		}
+		jobs := func() string {
+			var out bytes.Buffer
+			_, _ = sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep "^sleep ` + tag + `" || true`}, Stdout: &out})
+			return strings.TrimSpace(out.String())
+		}
+		for deadline := time.Now().Add(5 * time.Second); strings.Count(jobs(), "\n") < 2 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		}
+		if got := jobs(); strings.Count(got, "\n") != 2 {
+			t.Fatalf("the 3 detached jobs did not all start: %q", got)
+		}
 		for _, ss := range []*sandbox.Session{a, b} {
 			if err := ss.Close(ctx); err != nil {
 				t.Fatal(err)
@@ -120,6 +135,9 @@ func TestSessionsEveryEngine(t *testing.T) {
 		}
 		if infos, err := sb.Sessions(ctx); err != nil || len(infos) != 0 {
 			t.Fatalf("after close: %+v %v", infos, err)
+		}
+		if left := jobs(); left != "" {
+			t.Fatalf("after close, the session's jobs still run: %q", left)
 		}
 		if _, err := sb.RunScript(ctx, "../x", sandbox.Script{Text: "true"}); !errors.Is(err, sandbox.ErrBadSessionName) {
 			t.Fatalf("a bad name: %v", err)
@@ -380,6 +398,51 @@ func TestSessionsAtTheProcessLimit(t *testing.T) {
 		}
 		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil || code != 0 {
 			t.Fatalf("exec after closing the session that filled the sandbox: %d %v", code, err)
+		}
+	})
+}
+
+// A process of the sandbox's user on the session server's socket that
+// accepts and never answers: a run with a timeout ends with it (timed
+// out, never "the channel broke"), a listing and a run without one fail
+// within their bounds, and commands go on working.
+func TestSessionServerSquatted(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		m := sandbox.New(sandbox.Config{
+			Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
+			Environ: e.tg.Env, StopGrace: 5 * time.Second,
+			Warn: func(string) {}, Channel: true, Agent: enginetest.HostileAgentBinary(t),
+		})
+		sb := m.Sandbox(e.key("squat"), e.spec())
+		t.Cleanup(func() { _, _ = sb.Down(ctx); _ = sb.Close(ctx) })
+		var out bytes.Buffer
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "${HSBX_SESSIONS_DIR:-/tmp}/.hsbx-sessions-$(id -u)/.server.sock"`}, Stdout: &out}); err != nil || code != 0 {
+			t.Fatalf("finding the sessions directory: %d %v", code, err)
+		}
+		sock := strings.TrimSpace(out.String())
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"/proc/self/exe", "squat", sock}}); err != nil || code != 0 {
+			t.Fatalf("squatting %s: %d %v", sock, code, err)
+		}
+
+		start := time.Now()
+		_, err := sb.RunScript(ctx, "s", sandbox.Script{Text: "true", Timeout: 2 * time.Second})
+		var ie *sandbox.InterruptedError
+		if d := time.Since(start); !errors.As(err, &ie) || !errors.Is(ie.Cause, sandbox.ErrCommandTimeout) || d > 8*time.Second {
+			t.Fatalf("a run with a 2s timeout: %v after %s, want the timeout", err, d)
+		}
+		start = time.Now()
+		if _, err := sb.Sessions(ctx); err == nil || !strings.Contains(err.Error(), "did not answer") || time.Since(start) > 10*time.Second {
+			t.Fatalf("listing: %v after %s", err, time.Since(start))
+		}
+		start = time.Now()
+		_, err = sb.RunScript(ctx, "s", sandbox.Script{Text: "true"})
+		var se *sandbox.SessionError
+		if !errors.As(err, &se) || !strings.Contains(se.Msg, "did not answer within") || time.Since(start) > 16*time.Second {
+			t.Fatalf("a run without a timeout: %v after %s", err, time.Since(start))
+		}
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil || code != 0 {
+			t.Fatalf("a command after all that: %d %v", code, err)
 		}
 	})
 }

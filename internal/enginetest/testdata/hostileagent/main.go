@@ -5,18 +5,64 @@
 // climbing out of the destination, and a hard link to that name. Tests
 // run it as the agent on every engine (enginetest.HostileAgentBinary):
 // the host must stay whole whatever the agent sends.
+//
+// Run as `squat SOCKET` (a command through the channel, as
+// /proc/self/exe), it leaves behind a process of the sandbox's user that
+// listens on SOCKET, accepts and never answers: what may sit on the
+// session server's socket.
 package main
 
 import (
 	"archive/tar"
+	"fmt"
+	"net"
 	"os"
 	"path"
+	"path/filepath"
+	"syscall"
+	"time"
 
 	"github.com/hsbx/hsbx/internal/agent"
 )
 
 func main() {
 	args := os.Args[1:]
+	switch {
+	case len(args) == 2 && args[0] == "squat":
+		_ = os.MkdirAll(filepath.Dir(args[1]), 0o700)
+		null, _ := os.Open(os.DevNull)
+		p, err := os.StartProcess("/proc/self/exe", []string{"squatter", "squat-serve", args[1]},
+			&os.ProcAttr{Files: []*os.File{null, null, null}, Sys: &syscall.SysProcAttr{Setsid: true}})
+		if err != nil {
+			os.Exit(1)
+		}
+		_ = p.Release()
+		for range 100 {
+			if _, err := os.Stat(args[1]); err == nil {
+				os.Exit(0)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		os.Exit(1)
+	case len(args) == 2 && args[0] == "squat-serve":
+		// Through the directory's descriptor: any path fits a socket's.
+		dir, err := os.Open(filepath.Dir(args[1]))
+		if err != nil {
+			os.Exit(1)
+		}
+		ln, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(args[1])))
+		if err != nil {
+			os.Exit(1)
+		}
+		var held []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				os.Exit(0)
+			}
+			held = append(held, c) // read nothing, answer nothing
+		}
+	}
 	if len(args) >= 2 && (args[0] == "copy-out" || args[0] == "tar-out") {
 		top := path.Base(args[1])
 		tw := tar.NewWriter(os.Stdout)
