@@ -417,7 +417,7 @@ func TestSessionServerSquatted(t *testing.T) {
 		sb := m.Sandbox(e.key("squat"), e.spec())
 		t.Cleanup(func() { _, _ = sb.Down(ctx); _ = sb.Close(ctx) })
 		var out bytes.Buffer
-		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "${HSBX_SESSIONS_DIR:-/tmp}/.hsbx-sessions-$(id -u)/.server.sock"`}, Stdout: &out}); err != nil || code != 0 {
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "${HSBX_SESSIONS_DIR:-/tmp}/.hsbx-sessions2-$(id -u)/.server.sock"`}, Stdout: &out}); err != nil || code != 0 {
 			t.Fatalf("finding the sessions directory: %d %v", code, err)
 		}
 		sock := strings.TrimSpace(out.String())

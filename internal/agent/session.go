@@ -31,8 +31,14 @@ import (
 // sessions live in (the fake engines give each sandbox its own).
 const SessionsDirVar = "HSBX_SESSIONS_DIR"
 
+// sessionsDirPrefix names the directory of a user's sessions, with its
+// uid after it. Its "2" is the layout's: one session server for them all
+// (an hsbx before it kept a keeper a session, in .hsbx-sessions-UID, and
+// the two never share a session's files).
+const sessionsDirPrefix = ".hsbx-sessions2-"
+
 // sessionsBase is the directory of this user's sessions in the sandbox:
-// .hsbx-sessions-UID in the first of /tmp, /dev/shm, /run and $HOME where
+// .hsbx-sessions2-UID in the first of /tmp, /dev/shm, /run and $HOME where
 // it can be made (or $HSBX_SESSIONS_DIR), and only if it is this user's
 // alone (a directory, not a link, mode 0700).
 func sessionsBase() (string, error) {
@@ -46,7 +52,7 @@ func sessionsBase() (string, error) {
 		if d == "" {
 			continue
 		}
-		base := filepath.Join(d, ".hsbx-sessions-"+strconv.Itoa(uid))
+		base := filepath.Join(d, sessionsDirPrefix+strconv.Itoa(uid))
 		err := os.Mkdir(base, 0o700)
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			tried = append(tried, err.Error())

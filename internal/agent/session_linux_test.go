@@ -12,7 +12,7 @@ import (
 // squatted by another user, left open to others, or planted as a link is
 // refused (the keeper's socket and the scripts' pipes never go there).
 func TestSessionsBaseRefusesOthersDirectories(t *testing.T) {
-	name := ".hsbx-sessions-" + strconv.Itoa(os.Geteuid())
+	name := sessionsDirPrefix + strconv.Itoa(os.Geteuid())
 	for _, tc := range []struct {
 		what, want string
 		plant      func(t *testing.T, path string)

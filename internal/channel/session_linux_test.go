@@ -460,7 +460,7 @@ func TestSessionStdinSurvivesRetry(t *testing.T) {
 func TestSessionServerThatNeverAnswers(t *testing.T) {
 	sc := sessionShells(t)[0]
 	sessionEnv(t, sc)
-	base := filepath.Join(os.Getenv(SessionsDirVarForTest), ".hsbx-sessions-"+strconv.Itoa(os.Geteuid()))
+	base := filepath.Join(os.Getenv(SessionsDirVarForTest), ".hsbx-sessions2-"+strconv.Itoa(os.Geteuid()))
 	if err := os.Mkdir(base, 0o700); err != nil {
 		t.Fatal(err)
 	}
