@@ -126,7 +126,7 @@ func randomName() string {
 // SessionCmd lists and closes sessions.
 type SessionCmd struct {
 	Ls    SessionLsCmd    `cmd:"" help:"List the task's sandbox's live sessions."`
-	Close SessionCloseCmd `cmd:"" help:"End a session's shell (and what it runs); the next run of that name starts afresh."`
+	Close SessionCloseCmd `cmd:"" help:"End a session's shell and every process it started, however detached; the next run of that name starts afresh."`
 }
 
 // SessionLsCmd lists sessions.
@@ -158,7 +158,7 @@ func (c *SessionLsCmd) Run(ctx context.Context, app *App) error {
 }
 
 // writeSessions is session ls's table. Every column is the sandbox's word
-// (its keeper answers): each is escaped, so none can colour the terminal,
+// (its session server answers): each is escaped, so none can colour the terminal,
 // set its title or forge a row.
 func writeSessions(w io.Writer, infos []sandbox.SessionInfo, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
