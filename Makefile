@@ -47,7 +47,7 @@ test: lint
 	  echo "NOTE: real engines not set up ($(ENGINES_DIR)/env.sh missing): real-engine tests are SKIPPED. Run 'make engines' (root) to include them."; fi
 	@if [ ! -f $(KUBE_DIR)/env.sh ]; then \
 	  echo "NOTE: no Kubernetes cluster ($(KUBE_DIR)/env.sh missing): kubectl tests are SKIPPED. Run 'make kube' (root) to include them."; fi
-	@$(ENGINES_ENV); $(GO) test -count=1 -timeout 30m ./...
+	@$(ENGINES_ENV); $(GO) test -count=1 -timeout 45m ./...
 
 engines:
 	scripts/engines.sh $(ENGINES_DIR)
