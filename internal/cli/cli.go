@@ -558,7 +558,7 @@ var kindHints = map[string]string{
 	"sandbox_exists": "`hsbx down` removes it first, or use another --task",
 	"copy_too_large": "raise copy_max_size (HSBX_COPY_MAX_SIZE), or copy less",
 	"session_failed": "run it again (a new session server starts); what failed is named above",
-	"error":          "run it again with --log-level debug to see each engine call",
+	"error":          "the message says what failed; --log-level debug shows each engine call hsbx made",
 	"internal":       "this is hsbx's own failure: please report it",
 }
 
