@@ -22,12 +22,18 @@ import (
 )
 
 // channelManager is e.manager() with the in-process exec channel on.
-func (e *env) channelManager() *sandbox.Manager {
-	return sandbox.New(sandbox.Config{
+func (e *env) channelManager() *sandbox.Manager { return e.managerWith(func(*sandbox.Config) {}) }
+
+// managerWith is channelManager's Manager adjusted by tweak: another
+// host's state dir, another agent, the channel off.
+func (e *env) managerWith(tweak func(*sandbox.Config)) *sandbox.Manager {
+	c := sandbox.Config{
 		Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: e.t.TempDir(),
 		Environ: e.tg.Env, UID: 0, GID: 0, StopGrace: 5 * time.Second,
 		Warn: func(string) {}, Channel: true, Agent: enginetest.AgentBinary(e.t),
-	})
+	}
+	tweak(&c)
+	return sandbox.New(c)
 }
 
 // channelUp is a sandbox of task with its in-process channel up (one

@@ -703,11 +703,7 @@ func TestRelativePathsFromTheWorkingDirectory(t *testing.T) {
 func TestCopyOutFromAHostileAgent(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		m := sandbox.New(sandbox.Config{
-			Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
-			Environ: e.tg.Env, StopGrace: 5 * time.Second,
-			Warn: func(string) {}, Channel: true, Agent: enginetest.HostileAgentBinary(t), CopyChannelMax: 1 << 20,
-		})
+		m := e.managerWith(func(c *sandbox.Config) { c.Agent, c.CopyChannelMax = enginetest.HostileAgentBinary(t), 1<<20 })
 		sb := m.Sandbox(e.key("hostile"), e.spec())
 		t.Cleanup(func() { _, _ = sb.Down(ctx); _ = sb.Close(ctx) })
 		if _, err := sb.Ensure(ctx); err != nil {

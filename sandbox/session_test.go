@@ -160,11 +160,7 @@ func TestFirstContactFromTwoHosts(t *testing.T) {
 			key := e.key(fmt.Sprintf("contact%d", trial))
 			var hosts []*sandbox.Sandbox
 			for range 2 {
-				m := sandbox.New(sandbox.Config{
-					Runtime: e.rt, StateDir: e.tg.AnotherStateDir(t), CacheDir: t.TempDir(),
-					Environ: e.tg.Env, StopGrace: 5 * time.Second,
-					Warn: func(string) {}, Channel: true, Agent: enginetest.AgentBinary(t),
-				})
+				m := e.managerWith(func(c *sandbox.Config) { c.StateDir = e.tg.AnotherStateDir(t) })
 				hosts = append(hosts, m.Sandbox(key, e.spec()))
 			}
 			if _, err := hosts[0].Ensure(ctx); err != nil {
@@ -208,11 +204,7 @@ func TestEveryHostHearsOfAReset(t *testing.T) {
 		var a, b *sandbox.Session
 		var sbA *sandbox.Sandbox
 		for i, ss := range []**sandbox.Session{&a, &b} {
-			m := sandbox.New(sandbox.Config{
-				Runtime: e.rt, StateDir: e.tg.AnotherStateDir(t), CacheDir: t.TempDir(),
-				Environ: e.tg.Env, StopGrace: 5 * time.Second,
-				Warn: func(string) {}, Channel: i == 0, Agent: enginetest.AgentBinary(t),
-			})
+			m := e.managerWith(func(c *sandbox.Config) { c.StateDir, c.Channel = e.tg.AnotherStateDir(t), i == 0 })
 			sb := m.Sandbox(key, e.spec())
 			t.Cleanup(func() { _ = sb.Close(ctx) })
 			*ss = sb.Session("s")
@@ -409,11 +401,7 @@ func TestSessionsAtTheProcessLimit(t *testing.T) {
 func TestSessionServerSquatted(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		m := sandbox.New(sandbox.Config{
-			Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
-			Environ: e.tg.Env, StopGrace: 5 * time.Second,
-			Warn: func(string) {}, Channel: true, Agent: enginetest.HostileAgentBinary(t),
-		})
+		m := e.managerWith(func(c *sandbox.Config) { c.Agent = enginetest.HostileAgentBinary(t) })
 		sb := m.Sandbox(e.key("squat"), e.spec())
 		t.Cleanup(func() { _, _ = sb.Down(ctx); _ = sb.Close(ctx) })
 		var out bytes.Buffer
