@@ -51,9 +51,12 @@ func TarIn(r io.Reader, dst string) error {
 				h.Linkname = rename + strings.TrimPrefix(strings.TrimPrefix(path.Clean(h.Linkname), "./"), top)
 			}
 		}
-		if what := notCopied(h); what != "" && name != "." && name != "" {
+		what := notCopied(h)
+		switch {
+		case name == "." || name == "":
+		case what != "":
 			skipped = append(skipped, fmt.Sprintf("%s (%s)", h.Name, what))
-		} else if name != "." && name != "" {
+		default:
 			if dir := path.Dir(name); dir != "." {
 				if err := root.MkdirAll(dir, 0o755); err != nil {
 					return fmt.Errorf("%s: %w", h.Name, err)

@@ -184,12 +184,6 @@ func (a *agent) startSession(id uint32, st wire.Start) {
 	}()
 }
 
-// sessionFail ends a session stream with hsbx's own failure (not the
-// script's): said in the exit's note, which the host makes an error.
-func (a *agent) sessionFail(code int, err error, note wire.SessionNote) wire.Exit {
-	return failed(code, err, note)
-}
-
 // opFail ends a close or list with code and a message on stderr.
 func (a *agent) opFail(id uint32, name string, code int, err error) wire.Exit {
 	msg := "hsbx: "
@@ -209,18 +203,18 @@ func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 		}
 		return a.listSessions(s.id, base)
 	case !wire.ValidSessionName(st.Session):
-		return a.sessionFail(2, fmt.Errorf("bad session name %q: 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'", st.Session), wire.SessionNote{})
+		return failed(2, fmt.Errorf("bad session name %q: 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'", st.Session), wire.SessionNote{})
 	case st.Op == wire.SessionOpClose:
 		if err != nil {
 			return a.opFail(s.id, st.Session, 125, err)
 		}
 		return a.closeSession(s.id, base, st.Session)
 	case st.Op != wire.SessionOpRun:
-		return a.sessionFail(2, fmt.Errorf("unknown session operation %q", st.Op), wire.SessionNote{})
+		return failed(2, fmt.Errorf("unknown session operation %q", st.Op), wire.SessionNote{})
 	case strings.IndexByte(st.Script, 0) >= 0:
-		return a.sessionFail(2, errors.New("the script holds a NUL byte, which no shell can read"), wire.SessionNote{})
+		return failed(2, errors.New("the script holds a NUL byte, which no shell can read"), wire.SessionNote{})
 	case err != nil:
-		return a.sessionFail(125, err, wire.SessionNote{})
+		return failed(125, err, wire.SessionNote{})
 	}
 	for try := 0; ; try++ {
 		ex, again := a.sessionRun(s, st, base)
@@ -237,7 +231,7 @@ func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 func (a *agent) sessionRun(s *stream, st wire.Start, base string) (wire.Exit, bool) {
 	conn, err := ensureServer(base, s.fwd)
 	if err != nil {
-		return a.sessionFail(125, fmt.Errorf("the session server: %w", err), wire.SessionNote{}), false
+		return failed(125, fmt.Errorf("the session server: %w", err), wire.SessionNote{}), false
 	}
 	defer conn.Close()
 	s.mu.Lock()
@@ -313,19 +307,19 @@ func (a *agent) sessionRun(s *stream, st wire.Start, base string) (wire.Exit, bo
 		if err != nil {
 			switch {
 			case deaf.Load():
-				return a.sessionFail(130, fmt.Errorf("the session server did not stop the script within %s of the interrupt", signalWait), wire.SessionNote{}), false
+				return failed(130, fmt.Errorf("the session server did not stop the script within %s of the interrupt", signalWait), wire.SessionNote{}), false
 			case silent.Load():
-				return a.sessionFail(125, fmt.Errorf("the session server did not answer within %s (a process in the sandbox may hold its socket)", serverHelloWait), wire.SessionNote{}), false
+				return failed(125, fmt.Errorf("the session server did not answer within %s (a process in the sandbox may hold its socket)", serverHelloWait), wire.SessionNote{}), false
 			case !taken.Load():
 				select {
 				case <-s.signalled:
-					return a.sessionFail(130, errors.New("interrupted before the session server took the script"), wire.SessionNote{}), false
+					return failed(130, errors.New("interrupted before the session server took the script"), wire.SessionNote{}), false
 				default:
 				}
 				giveBack()
 				return wire.Exit{}, true
 			}
-			return a.sessionFail(125, errors.New("the session server went away while the script ran; the session is lost (the script may have run part-way)"),
+			return failed(125, errors.New("the session server went away while the script ran; the session is lost (the script may have run part-way)"),
 				wire.SessionNote{Ended: "the session server went away"}), false
 		}
 		switch f.Type {
@@ -338,7 +332,7 @@ func (a *agent) sessionRun(s *stream, st wire.Start, base string) (wire.Exit, bo
 		case wire.TExit:
 			var ex wire.Exit
 			if wire.Decode(f, &ex) != nil {
-				return a.sessionFail(125, errors.New("the session server sent a bad exit frame"), wire.SessionNote{}), false
+				return failed(125, errors.New("the session server sent a bad exit frame"), wire.SessionNote{}), false
 			}
 			if ex.NotDelivered {
 				giveBack()
