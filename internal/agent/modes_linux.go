@@ -31,6 +31,7 @@ import (
 //	install-as NAME MODE...
 //	                   rename this binary to NAME in its own directory (when
 //	                   hsbx copied it in under a name of its own), then run MODE
+//	features           print wire.AgentFeatures (what this agent can do)
 //
 // copy-out and copy-in exit wire.ExitUseEngine, having written nothing, when
 // the copy is the engine's to make.
@@ -43,6 +44,9 @@ func RunMode(args []string, build string) (code int, ok bool) {
 	case len(args) >= 3 && args[0] == "install-as":
 		installAs(args[1])
 		return RunMode(args[2:], build)
+	case len(args) == 1 && args[0] == "features":
+		os.Stdout.WriteString(wire.AgentFeatures + "\n")
+		return 0, true
 	case len(args) == 1 && args[0] == "agent":
 		if err := Serve(os.Stdin, os.Stdout, build); err != nil {
 			return fail(err), true

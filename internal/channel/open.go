@@ -137,10 +137,21 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 	}
 	a.Log.Debug("agent not running; installing it", "path", path, "error", err)
 	run, ierr := install(ctx, a, path, bin)
+	if ierr == nil {
+		conn, err = start(ctx, a, append(run, "agent"))
+	}
+	if (ierr != nil || err != nil && !passing(err)) && !passing(ierr) && ctx.Err() == nil {
+		// The engine's cp could not write it (podman's, under gVisor: a
+		// read-only view of the root), or what it wrote is not what the
+		// sandbox sees: write it from inside.
+		a.Log.Debug("the engine's cp could not install the agent; writing it from inside the sandbox", "cp", ierr, "start", err)
+		if run, ierr = installInside(ctx, a, path, bin); ierr == nil {
+			conn, err = start(ctx, a, append(run, "agent"))
+		}
+	}
 	if ierr != nil {
 		return nil, ierr
 	}
-	conn, err = start(ctx, a, append(run, "agent"))
 	if err != nil {
 		if passing(err) {
 			return nil, err
@@ -183,10 +194,17 @@ func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
 		return 0, err
 	}
 	agent, ierr := install(ctx, a, path, bin)
+	if ierr == nil {
+		n, code, err = run(agent)
+	}
+	if (ierr != nil || (err != nil || code != 0) && !passing(err)) && !passing(ierr) && ctx.Err() == nil {
+		if agent, ierr = installInside(ctx, a, path, bin); ierr == nil { // see Open
+			n, code, err = run(agent)
+		}
+	}
 	if ierr != nil {
 		return 0, ierr
 	}
-	n, code, err = run(agent)
 	switch {
 	case err != nil:
 		return 0, err
@@ -208,6 +226,68 @@ func passing(err error) bool {
 	return false
 }
 
+// agentTarget is where install writes the agent and how to run it the
+// first time (see install).
+func agentTarget(a Agent, path string, bin []byte) (target string, run []string) {
+	target, run = path, []string{path}
+	root := a.User == "" || a.User == "0" || a.User == "root" || strings.HasPrefix(a.User, "0:") || strings.HasPrefix(a.User, "root:")
+	if root && bytes.Contains(bin, []byte(wire.AgentFeatures)) {
+		var r [8]byte
+		_, _ = rand.Read(r[:])
+		target = path + ".new-" + hex.EncodeToString(r[:])
+		run = []string{target, "install-as", strings.TrimPrefix(path, "/")}
+	}
+	return target, run
+}
+
+// agentArchive streams a tar of the agent at target (mode 0755) into pw.
+func agentArchive(pw *io.PipeWriter, target string, bin []byte) {
+	tw := tar.NewWriter(pw)
+	err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(target, "/"), Mode: 0o755, Size: int64(len(bin)),
+		Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)})
+	if err == nil {
+		_, err = tw.Write(bin)
+	}
+	if err == nil {
+		err = tw.Close()
+	}
+	pw.CloseWithError(err)
+}
+
+// installInside writes the agent from inside the sandbox, through an exec
+// of the image's own tar (or, without one, its sh and cat), for a sandbox
+// whose runtime does not show its processes what the engine's cp wrote
+// from the host (gVisor caches the root file system it was started
+// with). It returns how to run the agent, as install does.
+func installInside(ctx context.Context, a Agent, path string, bin []byte) ([]string, error) {
+	target, run := agentTarget(a, path, bin)
+	try := func(cmd []string, archive bool) (int, string, error) {
+		pr, pw := io.Pipe()
+		if archive {
+			go agentArchive(pw, target, bin)
+		} else {
+			go func() { _, err := pw.Write(bin); pw.CloseWithError(err) }()
+		}
+		defer pr.Close()
+		errb := &proc.TailBuffer{Max: 4 << 10}
+		code, err := a.Runtime.Exec(ctx, runtime.ExecSpec{ID: a.ID, Cmd: cmd, User: a.User, Interactive: true,
+			Stdin: pr, Stdout: io.Discard, Stderr: errb, Timeout: 10 * a.Runtime.CallTimeout()})
+		return code, string(errb.Bytes()), err
+	}
+	code, msg, err := try([]string{"tar", "-x", "-f", "-", "-C", "/"}, true)
+	if err == nil && code == 127 {
+		// No tar in the image: its shell, the path as an argument.
+		code, msg, err = try([]string{"sh", "-c", `cat > "$1" && chmod 0755 "$1"`, "sh", target}, false)
+	}
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("writing the agent into the sandbox from inside: %w", err)
+	case code != 0:
+		return nil, &UnavailableError{Reason: fmt.Sprintf("writing the agent into the sandbox from inside (tar, or sh and cat) exited %d: %s", code, clip(msg))}
+	}
+	return run, nil
+}
+
 // install copies the agent into the container, mode 0755, owned by root,
 // through `cp -` (works for rootless and remote engines alike), and
 // returns how to run it the first time. Any number of hosts may install
@@ -217,30 +297,13 @@ func passing(err error) bool {
 // install-as), which replaces any other host's copy in one step — a
 // process never runs a file while it is being written. An exec user that
 // is not root cannot rename in /, and an agent from an hsbx before
-// install-as (an exec_channel_agent of an older build: its binary holds no
-// such word) cannot rename itself: their agents are written at path.
+// install-as (an exec_channel_agent of an older build: its binary lacks
+// wire.AgentFeatures) cannot rename itself: their agents are written at
+// path.
 func install(ctx context.Context, a Agent, path string, bin []byte) (run []string, err error) {
-	target, run := path, []string{path}
-	root := a.User == "" || a.User == "0" || a.User == "root" || strings.HasPrefix(a.User, "0:") || strings.HasPrefix(a.User, "root:")
-	if root && bytes.Contains(bin, []byte("install-as")) {
-		var r [8]byte
-		_, _ = rand.Read(r[:])
-		target = path + ".new-" + hex.EncodeToString(r[:])
-		run = []string{target, "install-as", strings.TrimPrefix(path, "/")}
-	}
+	target, run := agentTarget(a, path, bin)
 	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(target, "/"), Mode: 0o755, Size: int64(len(bin)),
-			Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)})
-		if err == nil {
-			_, err = tw.Write(bin)
-		}
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
+	go agentArchive(pw, target, bin)
 	if err := a.Runtime.CopyIn(ctx, a.ID, "/", pr); err != nil {
 		pr.CloseWithError(err)
 		if passing(err) {

@@ -25,3 +25,11 @@ func ValidSessionName(name string) bool {
 // or copy-in's destination does not take the archive (the engine then
 // says why, in its words).
 const ExitUseEngine = 3
+
+// AgentFeatures is what the agent prints for its `features` mode, and so a
+// string its binary holds whole: the host reads an agent's abilities from
+// its bytes before it runs it. "install-as": the agent renames itself into
+// place on its first run (hsbx copies it in under a name of its own). A
+// short literal compared in code is not kept as bytes by the compiler;
+// this one is printed, so it is.
+const AgentFeatures = "hsbx-agent-features: install-as"
