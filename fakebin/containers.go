@@ -407,11 +407,15 @@ func (f *fake) inspectObject(c *Container) map[string]any {
 		},
 		"Image": strings.Repeat("9c", 32), "Name": name,
 		"Config":     map[string]any{"Image": image, "Labels": labels, "Env": c.Env, "Cmd": c.Cmd, "WorkingDir": c.WorkDir, "User": c.User},
-		"HostConfig": map[string]any{"Init": c.Init, "NetworkMode": networkMode(c, f.dialect)},
+		"HostConfig": map[string]any{"Init": c.Init, "NetworkMode": networkMode(c, f.dialect), "Runtime": runtimeOf(c)},
 		"ExecIDs":    f.execIDs(c),
 	}
 	if f.dialect == "podman" {
 		o["ImageName"] = image
+		// podman names the runtime at the top (a name or the path given)
+		// and says "oci" in HostConfig (captured).
+		o["OCIRuntime"] = runtimeOf(c)
+		o["HostConfig"].(map[string]any)["Runtime"] = "oci"
 	}
 	return o
 }

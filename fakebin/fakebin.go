@@ -329,7 +329,8 @@ func (f *fake) info() int {
 	if f.dialect == "podman" {
 		out := map[string]any{
 			"host": map[string]any{"arch": "amd64", "cgroupManager": "cgroupfs", "cgroupVersion": "v1",
-				"security": map[string]any{"rootless": rootless, "seccompEnabled": true}},
+				"ociRuntime": map[string]any{"name": "runc", "path": "/usr/bin/runc"},
+				"security":   map[string]any{"rootless": rootless, "seccompEnabled": true}},
 			"store":   map[string]any{"graphDriverName": "overlay", "graphStatus": map[string]string{"Backing Filesystem": "extfs"}},
 			"version": map[string]any{"APIVersion": PodmanVersion, "Version": PodmanVersion, "OsArch": "linux/amd64"},
 		}
@@ -342,10 +343,21 @@ func (f *fake) info() int {
 		sec = append(sec, "name=rootless")
 	}
 	out := map[string]any{"ID": "FAKE:ENGINE", "ServerVersion": DockerServerVersion, "SecurityOptions": sec,
-		"CgroupVersion": "1", "Driver": "overlay2", "DriverStatus": [][]string{{"Backing Filesystem", "extfs"}}, "OSType": "linux"}
+		"CgroupVersion": "1", "Driver": "overlay2", "DriverStatus": [][]string{{"Backing Filesystem", "extfs"}}, "OSType": "linux",
+		"Runtimes": f.runtimeTable(), "DefaultRuntime": "runc"}
 	b, _ := json.Marshal(out)
 	fmt.Fprintln(f.stdout, string(b))
 	return 0
+}
+
+// runtimeTable is docker info's Runtimes: containerd's two names for runc
+// and the daemon's own (captured), and any more the fake is given.
+func (f *fake) runtimeTable() map[string]any {
+	t := map[string]any{"io.containerd.runc.v2": map[string]string{"path": "runc"}, "io.containerd.runtime.v1.linux": map[string]string{"path": "runc"}}
+	for _, r := range f.runtimes() {
+		t[r] = map[string]string{"path": r}
+	}
+	return t
 }
 
 // notFound prints the engine's "no such container" for ref.

@@ -28,7 +28,7 @@ var steps = []string{
 	"version_flag", "version", "info", "ps_all", "ps_label", "ps_exited", "ps_none",
 	"inspect_all", "inspect_missing", "inspect_none", "start_missing", "start_running",
 	"stop_missing", "stop_stopped", "rm_missing_force", "rm_missing", "rm_running", "rm_multi",
-	"run_name_in_use", "run_bad_image", "run_bad_flag", "exec_missing", "exec_stopped", "exec_paused",
+	"run_name_in_use", "run_bad_image", "run_bad_flag", "run_unknown_runtime", "run_missing_runtime_path", "exec_missing", "exec_stopped", "exec_paused",
 	"exec_not_found", "exec_not_executable", "exec_exit125", "exec_exit1", "exec_bad_workdir",
 	"cp_out_missing", "cp_out_missing_stream", "cp_in_missing_parent", "cp_in_stream_missing_dir", "pull_missing",
 	"unpause_running", "pause_paused", "image_inspect", "image_inspect_missing", "exec_words_notfound",

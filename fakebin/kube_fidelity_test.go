@@ -33,17 +33,19 @@ func TestFakeKubectlMatchesCaptures(t *testing.T) {
 	dir := filepath.Join("..", "testdata", "kube", "kubectl-v1."+strings.TrimPrefix(fakebin.KubectlVersion, "v1."))
 	state := t.TempDir()
 	stdin := map[string]string{
-		"create_run":             capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
-		"create_exists":          capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
-		"create_done":            capPod("cap-done", `["true"]`, "hsbx-busybox"),
-		"create_bad_image":       capPod("cap-bad-image", `["true"]`, "nosuchimage:1"),
+		"create_run":       capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
+		"create_exists":    capPod("cap-run", `["sleep","infinity"]`, "hsbx-busybox"),
+		"create_done":      capPod("cap-done", `["true"]`, "hsbx-busybox"),
+		"create_bad_image": capPod("cap-bad-image", `["true"]`, "nosuchimage:1"),
+		"create_unknown_runtime_class": strings.Replace(capPod("cap-no-class", `["true"]`, "hsbx-busybox"),
+			`"spec":{`, `"spec":{"runtimeClassName":"hsbx-no-such-class",`, 1),
 		"exec_stdin":             "stdin-ok\n",
 		"claim_create":           capClaim,
 		"claim_create_exists":    capClaim,
 		"claim_delete_other_uid": `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}}`,
 	}
 	order := []string{"version", "version_client", "auth_can_i", "auth_can_i_exec", "current_context", "get_none",
-		"create_run", "create_exists", "create_done", "create_bad_image", "get_one", "get_missing", "get_label",
+		"create_run", "create_exists", "create_done", "create_bad_image", "create_unknown_runtime_class", "get_runtimeclasses", "get_one", "get_missing", "get_label",
 		"exec_ok", "exec_exit3", "exec_not_found", "exec_missing", "exec_done", "exec_words", "exec_stdin",
 		"delete_missing", "delete_run", "delete_done",
 		"class_ok", "class_missing", "claim_get_none", "claim_create", "claim_create_exists", "claim_get", "claim_delete_other_uid", "claim_delete",

@@ -145,7 +145,7 @@ func (f *fake) pod(c *Container) map[string]any {
 		status["conditions"] = conditions
 	}
 	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-		"spec":   map[string]any{"containers": []map[string]any{{"name": "sandbox", "image": c.Image}}},
+		"spec":   podSpec(c),
 		"status": status}
 }
 
@@ -179,13 +179,34 @@ func selects(sel string, labels map[string]string) bool {
 
 func sel0(s string) string { return strings.TrimSpace(s) }
 
+// podSpec is the part of a Pod's spec hsbx reads back.
+func podSpec(c *Container) map[string]any {
+	spec := map[string]any{"containers": []map[string]any{{"name": "sandbox", "image": c.Image}}}
+	if c.RuntimeClass != "" {
+		spec["runtimeClassName"] = c.RuntimeClass
+	}
+	return spec
+}
+
+// kgetRuntimeClasses lists the cluster's RuntimeClasses (FAKEENGINE_RUNTIMES).
+func (f *fake) kgetRuntimeClasses() int {
+	items := []map[string]any{}
+	for _, r := range f.runtimes()[1:] { // runc is the nodes' default, no class
+		items = append(items, map[string]any{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": r,
+			"metadata": map[string]any{"name": r}})
+	}
+	b, _ := json.MarshalIndent(map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, "", "    ")
+	fmt.Fprintln(f.stdout, string(b))
+	return 0
+}
+
 func (f *fake) kget(ns string, args []string) int {
 	var names []string
 	sel, ignore, kind := "", false, "pods"
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
 		case a == "pods" || a == "pod":
-		case a == "persistentvolumeclaims" || a == "pvc" || a == "storageclasses":
+		case a == "persistentvolumeclaims" || a == "pvc" || a == "storageclasses" || a == "runtimeclasses":
 			kind = a
 		case a == "-o" && i+1 < len(args):
 			i++
@@ -199,6 +220,8 @@ func (f *fake) kget(ns string, args []string) int {
 		}
 	}
 	switch kind {
+	case "runtimeclasses":
+		return f.kgetRuntimeClasses()
 	case "storageclasses":
 		return f.kgetClasses(names, ignore)
 	case "persistentvolumeclaims", "pvc":
@@ -263,7 +286,8 @@ func (f *fake) kcreate(ns string) int {
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 		Spec struct {
-			Containers []struct {
+			RuntimeClassName string `json:"runtimeClassName"`
+			Containers       []struct {
 				Image      string   `json:"image"`
 				Command    []string `json:"command"`
 				WorkingDir string   `json:"workingDir"`
@@ -281,8 +305,13 @@ func (f *fake) kcreate(ns string) int {
 		fmt.Fprintf(f.stderr, "error: error validating \"STDIN\": %v\n", err)
 		return 1
 	}
+	if rc := m.Spec.RuntimeClassName; rc != "" && !slices.Contains(f.runtimes()[1:], rc) {
+		// The RuntimeClass admission plugin refuses it; nothing is made.
+		fmt.Fprintf(f.stderr, "Error from server (Forbidden): error when creating \"STDIN\": pods %q is forbidden: pod rejected: RuntimeClass %q not found\n", m.Metadata.Name, rc)
+		return 1
+	}
 	spec := m.Spec.Containers[0]
-	c := &Container{Name: m.Metadata.Name, Namespace: ns, Image: spec.Image, Labels: m.Metadata.Labels, Annotations: m.Metadata.Annotations,
+	c := &Container{RuntimeClass: m.Spec.RuntimeClassName, Name: m.Metadata.Name, Namespace: ns, Image: spec.Image, Labels: m.Metadata.Labels, Annotations: m.Metadata.Annotations,
 		Cmd: spec.Command, WorkDir: spec.WorkingDir, Created: f.now, State: "created", RV: 1}
 	if c.Labels == nil {
 		c.Labels = map[string]string{}

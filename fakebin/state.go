@@ -34,9 +34,11 @@ type Container struct {
 	RunArgs    []string          `json:"run_args"`
 	// Namespace, Annotations and RV (resourceVersion) are a Pod's, made
 	// by the fake kubectl ("" namespace: a docker/podman container).
-	Namespace   string            `json:"namespace,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-	RV          int               `json:"rv,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	// RuntimeClass is a Pod's runtimeClassName.
+	RuntimeClass string            `json:"runtime_class,omitempty"`
+	Annotations  map[string]string `json:"annotations,omitempty"`
+	RV           int               `json:"rv,omitempty"`
 	// Claims are the PersistentVolumeClaims a Pod mounts; Unschedulable
 	// is why the scheduler holds it (a claim missing).
 	Claims        []string `json:"claims,omitempty"`

@@ -27,6 +27,9 @@ var (
 	// ErrNetworkSetup: the engine could not set up the container's network
 	// (rootless without /dev/net/tun: slirp4netns or pasta failed).
 	ErrNetworkSetup = errors.New("container network setup failed")
+	// ErrNoOCIRuntime: the engine has no OCI runtime of the name asked for
+	// (oci_runtime); it made nothing.
+	ErrNoOCIRuntime = errors.New("no such OCI runtime")
 	// ErrImageNotFound: the image is not present and cannot be pulled.
 	ErrImageNotFound = errors.New("image not found")
 	// ErrRegistryUnreachable: a pull could not reach the image's registry

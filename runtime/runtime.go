@@ -8,6 +8,7 @@ package runtime
 import (
 	"context"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -79,6 +80,11 @@ type Container struct {
 	// NetworkMode is HostConfig.NetworkMode ("none", "bridge", ...; inspect
 	// only: "" from List).
 	NetworkMode string `json:"network_mode,omitempty"`
+	// OCIRuntime is the OCI runtime the engine runs it with, as the engine
+	// names it (docker's HostConfig.Runtime, podman's OCIRuntime: a name or
+	// a path; a Pod's runtimeClassName, "" for the node's default; inspect
+	// only: "" from List).
+	OCIRuntime string `json:"oci_runtime,omitempty"`
 }
 
 // ListOptions selects containers for Runtime.List. All filters must match.
@@ -192,6 +198,30 @@ type Info struct {
 	// StorageDriver and BackingFS tell whether a disk quota can work.
 	StorageDriver string
 	BackingFS     string
+	// OCIRuntimes are the engine's runtimes (docker lists them all;
+	// podman names its default).
+	OCIRuntimes OCIRuntimes
+}
+
+// OCIRuntimes is what an engine says of the OCI runtimes it can run a
+// container with (docker's --runtime, podman's --runtime, a Pod's
+// runtimeClassName).
+type OCIRuntimes struct {
+	// Default is the one a container gets when none is asked for ("" when
+	// the engine does not say: a Pod gets its node's).
+	Default string `json:"default"`
+	// Names are the runtimes one may ask for by name, sorted.
+	Names []string `json:"names"`
+	// Complete says Names is every name the engine accepts. Podman's is
+	// not: it also takes any name in containers.conf's [engine.runtimes]
+	// and any path, and judges them when it creates (refusing, with
+	// nothing made, one it cannot find: ErrNoOCIRuntime).
+	Complete bool `json:"complete"`
+}
+
+// Has reports whether name is one of Names or the Default.
+func (o OCIRuntimes) Has(name string) bool {
+	return name == o.Default || slices.Contains(o.Names, name)
 }
 
 // CgroupsV1 reports whether the engine runs on cgroups v1 (docker says
@@ -212,6 +242,12 @@ type Capabilities struct {
 	// Pulls: hsbx pulls a missing image itself (Pull) before it creates;
 	// without, the engine's nodes pull what they need.
 	Pulls bool
+	// CopyRunsInside: the engine's copy runs inside the sandbox (kubectl's
+	// tar through exec), so it sees what the sandbox's processes see under
+	// any OCI runtime; docker's and podman's write the host's view of its
+	// file system, which a runtime with a kernel of its own (gVisor's, a
+	// VM's) may not show its processes.
+	CopyRunsInside bool
 	// CopyReachesMemoryMounts: the engine's copy reaches a running
 	// container's tmpfs mounts (podman, kubectl's tar); docker's writes
 	// beneath them.
@@ -317,4 +353,6 @@ type Runtime interface {
 	// Info reports the engine's host facts; it fails with ErrUnreachable
 	// when the engine cannot be reached.
 	Info(ctx context.Context) (Info, error)
+	// OCIRuntimes asks the engine which OCI runtimes it offers (one call).
+	OCIRuntimes(ctx context.Context) (OCIRuntimes, error)
 }

@@ -50,6 +50,9 @@ pod cap-run '["sleep","infinity"]' Never | cap create_run create -f - -o json
 pod cap-run '["sleep","infinity"]' Never | cap create_exists create -f - -o json
 pod cap-done '["true"]' Never | cap create_done create -f - -o json
 pod cap-bad-image '["true"]' Never | sed "s/\"$image\"/\"nosuchimage:1\"/" | cap create_bad_image create -f - -o json
+# A RuntimeClass the cluster lacks (oci_runtime): the admission refuses it.
+pod cap-no-class '["true"]' Never | sed 's/"restartPolicy"/"runtimeClassName":"hsbx-no-such-class","restartPolicy"/' | cap create_unknown_runtime_class create -f - -o json
+cap get_runtimeclasses get runtimeclasses -o json
 "$bin" wait --for=condition=Ready pod/cap-run --timeout=60s >/dev/null
 for _ in $(seq 1 60); do [ "$("$bin" get pod cap-done -o 'jsonpath={.status.phase}')" = Succeeded ] && break; sleep 0.5; done
 sleep 2

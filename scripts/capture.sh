@@ -58,6 +58,8 @@ cap rm_multi rm -f cap-created cap-nonexist
 cap run_name_in_use run -d --name cap-run "${net[@]}" "$image" true
 cap run_bad_image run -d --name cap-bad "${net[@]}" nosuchimage:1 true
 cap run_bad_flag run --bogus "$image"
+cap run_unknown_runtime run -d --name cap-no-runtime --runtime hsbx-no-such-runtime "${net[@]}" "$image" true
+cap run_missing_runtime_path run -d --name cap-no-runtime --runtime /nonexistent/runsc "${net[@]}" "$image" true
 cap exec_missing exec cap-nonexist true
 cap exec_stopped exec cap-exit true
 cap exec_paused exec cap-paused true

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,12 +104,14 @@ func ParseLabels(s string) map[string]string {
 }
 
 type rawInfo struct {
-	ServerVersion   string     `json:"ServerVersion"`
-	SecurityOptions []string   `json:"SecurityOptions"`
-	ServerErrors    []string   `json:"ServerErrors"`
-	CgroupVersion   string     `json:"CgroupVersion"`
-	Driver          string     `json:"Driver"`
-	DriverStatus    [][]string `json:"DriverStatus"`
+	ServerVersion   string                     `json:"ServerVersion"`
+	SecurityOptions []string                   `json:"SecurityOptions"`
+	ServerErrors    []string                   `json:"ServerErrors"`
+	CgroupVersion   string                     `json:"CgroupVersion"`
+	Driver          string                     `json:"Driver"`
+	DriverStatus    [][]string                 `json:"DriverStatus"`
+	Runtimes        map[string]json.RawMessage `json:"Runtimes"`
+	DefaultRuntime  string                     `json:"DefaultRuntime"`
 }
 
 // ParseInfo implements enginecli.Dialect. The 20.10 client exits 0 when
@@ -124,7 +128,8 @@ func (Dialect) ParseInfo(out []byte) (runtime.Info, error) {
 	if r.ServerVersion == "" {
 		return runtime.Info{}, errors.New("info output has no ServerVersion")
 	}
-	info := runtime.Info{ServerVersion: r.ServerVersion, CgroupVersion: r.CgroupVersion, StorageDriver: r.Driver}
+	info := runtime.Info{ServerVersion: r.ServerVersion, CgroupVersion: r.CgroupVersion, StorageDriver: r.Driver,
+		OCIRuntimes: runtime.OCIRuntimes{Default: r.DefaultRuntime, Names: slices.Sorted(maps.Keys(r.Runtimes)), Complete: true}}
 	for _, o := range r.SecurityOptions {
 		if o == "name=rootless" || strings.HasPrefix(o, "name=rootless,") {
 			info.Rootless = true
@@ -147,6 +152,7 @@ var rules = []enginecli.Rule{
 	{Fragment: "slirp4netns", Kind: runtime.ErrNetworkSetup},
 	{Fragment: "/dev/net/tun", Kind: runtime.ErrNetworkSetup},
 	{Fragment: "pasta failed", Kind: runtime.ErrNetworkSetup},
+	{Fragment: "unknown runtime specified", Kind: runtime.ErrNoOCIRuntime}, // run --runtime NAME the daemon has not registered
 	{Fragment: "cannot connect to the docker daemon", Kind: runtime.ErrUnreachable},
 	{Fragment: "error during connect", Kind: runtime.ErrUnreachable},
 	{Fragment: "permission denied while trying to connect to the docker daemon", Kind: runtime.ErrUnreachable},

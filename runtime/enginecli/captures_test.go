@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,6 +191,8 @@ func TestCapturedClassify(t *testing.T) {
 		{"rm_missing", enginecli.OpRemove, runtime.ErrNotFound},
 		{"run_name_in_use", enginecli.OpRun, runtime.ErrNameInUse},
 		{"run_bad_image", enginecli.OpRun, runtime.ErrImageNotFound},
+		{"run_unknown_runtime", enginecli.OpRun, runtime.ErrNoOCIRuntime},
+		{"run_missing_runtime_path", enginecli.OpRun, runtime.ErrNoOCIRuntime},
 		{"exec_missing", enginecli.OpExec, runtime.ErrNotFound},
 		{"exec_stopped", enginecli.OpExec, runtime.ErrNotRunning},
 		{"exec_not_found", enginecli.OpExec, nil},
@@ -253,6 +256,13 @@ func TestCapturedInfoVersion(t *testing.T) {
 			wantRootless := strings.HasSuffix(dir, "rootless")
 			if info.Rootless != wantRootless || info.ServerVersion == "" {
 				t.Errorf("info = %+v, want rootless %v", info, wantRootless)
+			}
+			// Both name runc as the default; docker lists every runtime
+			// it has (podman takes more than it names: not complete).
+			o := info.OCIRuntimes
+			_, isDocker := d.(docker.Dialect)
+			if o.Default != "runc" || !o.Has("runc") || o.Complete != isDocker || isDocker && !slices.Contains(o.Names, "io.containerd.runc.v2") {
+				t.Errorf("info's OCI runtimes = %+v", o)
 			}
 			c, _ = load(t, dir, "version")
 			v, err := d.ParseVersion(c.stdout)

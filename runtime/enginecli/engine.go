@@ -697,6 +697,12 @@ func (e *Engine) Info(ctx context.Context) (runtime.Info, error) {
 	return info, nil
 }
 
+// OCIRuntimes implements runtime.Runtime: what info says (one call).
+func (e *Engine) OCIRuntimes(ctx context.Context) (runtime.OCIRuntimes, error) {
+	info, err := e.Info(ctx)
+	return info.OCIRuntimes, err
+}
+
 func lastLine(b []byte) string {
 	lines := strings.Fields(string(bytes.TrimSpace(b)))
 	if len(lines) == 0 {

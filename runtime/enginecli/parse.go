@@ -27,7 +27,9 @@ type rawInspect struct {
 	} `json:"Config"`
 	HostConfig *struct {
 		NetworkMode string `json:"NetworkMode"`
+		Runtime     string `json:"Runtime"` // docker's
 	} `json:"HostConfig"`
+	OCIRuntime string `json:"OCIRuntime"` // podman's
 	// ExecIDs is null (docker) or [] (podman) when no exec runs.
 	ExecIDs []string `json:"ExecIDs"`
 }
@@ -70,6 +72,10 @@ func ParseInspect(out []byte) ([]runtime.Container, error) {
 		}
 		if r.HostConfig != nil {
 			c.NetworkMode = r.HostConfig.NetworkMode
+			c.OCIRuntime = r.HostConfig.Runtime
+		}
+		if r.OCIRuntime != "" {
+			c.OCIRuntime = r.OCIRuntime
 		}
 		if len(r.ExecIDs) > 0 {
 			c.ExecIDs = r.ExecIDs

@@ -33,6 +33,7 @@ type objectMeta struct {
 
 type podSpecJSON struct {
 	RestartPolicy                 string          `json:"restartPolicy"`
+	RuntimeClassName              string          `json:"runtimeClassName,omitempty"`
 	ShareProcessNamespace         *bool           `json:"shareProcessNamespace,omitempty"`
 	AutomountServiceAccountToken  *bool           `json:"automountServiceAccountToken"`
 	EnableServiceLinks            *bool           `json:"enableServiceLinks"`
@@ -211,6 +212,8 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 			p.Spec.ShareProcessNamespace = &yes
 		case "-w", "--workdir":
 			c.WorkingDir, err = needs()
+		case "--runtime": // oci_runtime: the RuntimeClass
+			p.Spec.RuntimeClassName, err = needs()
 		case "--cap-drop", "--cap-add":
 			var v string
 			if v, err = needs(); err == nil {

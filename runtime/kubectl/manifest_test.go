@@ -20,7 +20,7 @@ func TestManifestMapsHardening(t *testing.T) {
 		Env:    map[string]string{"SECRET": "s3cr3t 'quoted'"},
 		Args: []string{"--init", "-w", "/root", "--cap-drop", "ALL", "--cap-add", "DAC_OVERRIDE", "--cap-add", "CHOWN",
 			"--security-opt", "no-new-privileges", "--tmpfs", "/tmp:rw,nosuid,size=512m", "--tmpfs", "/run:rw,noexec,nosuid,size=64m",
-			"--cpus", "1.5", "--memory", "5120m", "--shm-size", "1g", "--user", "1000:1001"},
+			"--cpus", "1.5", "--memory", "5120m", "--shm-size", "1g", "--user", "1000:1001", "--runtime", "gvisor"},
 		Image: "debian:bookworm-slim",
 		Cmd:   []string{"sleep", "infinity"},
 	}
@@ -42,6 +42,9 @@ func TestManifestMapsHardening(t *testing.T) {
 		t.Errorf("a label value that is valid needs no annotation: %v", p.Metadata.Annotations)
 	}
 	s := p.Spec
+	if s.RuntimeClassName != "gvisor" {
+		t.Errorf("runtimeClassName %q: want oci_runtime's --runtime", s.RuntimeClassName)
+	}
 	if s.RestartPolicy != "Never" || s.ShareProcessNamespace == nil || !*s.ShareProcessNamespace ||
 		s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.EnableServiceLinks == nil || *s.EnableServiceLinks {
 		t.Errorf("pod spec %+v", s)

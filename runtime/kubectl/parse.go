@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/hsbx/hsbx/internal/startfail"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,8 @@ type pod struct {
 		DeletionTimestamp string            `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec struct {
-		Containers []struct {
+		RuntimeClassName string `json:"runtimeClassName"`
+		Containers       []struct {
 			Image string `json:"image"`
 		} `json:"containers"`
 	} `json:"spec"`
@@ -136,6 +138,7 @@ func (p pod) container() (runtime.Container, error) {
 	if len(p.Spec.Containers) > 0 {
 		c.Image = p.Spec.Containers[0].Image
 	}
+	c.OCIRuntime = p.Spec.RuntimeClassName
 	var err error
 	if c.Created, err = timestamp(p.Metadata.CreationTimestamp); err != nil {
 		return c, err
@@ -272,6 +275,7 @@ var rules = []struct {
 	{"error from server (alreadyexists)", runtime.ErrNameInUse},
 	{"cannot exec into a container in a completed pod", runtime.ErrNotRunning},
 	{"container not found", runtime.ErrNotRunning},
+	{"pod rejected: runtimeclass", runtime.ErrNoOCIRuntime}, // the RuntimeClass admission: no such class
 	{"error from server (forbidden)", runtime.ErrEngine},
 }
 
@@ -327,4 +331,31 @@ func labelChar(c byte) bool {
 		return true
 	}
 	return c == '.' || c == '_' || c == '-'
+}
+
+// ParseRuntimeClasses reads `kubectl get runtimeclasses -o json`: the
+// classes a Pod may name (runtimeClassName), sorted.
+func ParseRuntimeClasses(out []byte) (runtime.OCIRuntimes, error) {
+	var list struct {
+		Kind  string `json:"kind"`
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		return runtime.OCIRuntimes{}, fmt.Errorf("kubectl get runtimeclasses: %w", err)
+	}
+	if list.Kind != "List" && list.Kind != "RuntimeClassList" {
+		return runtime.OCIRuntimes{}, fmt.Errorf("kubectl get runtimeclasses: kind %q, want List", list.Kind)
+	}
+	o := runtime.OCIRuntimes{Names: []string{}, Complete: true}
+	for _, it := range list.Items {
+		if it.Metadata.Name != "" {
+			o.Names = append(o.Names, it.Metadata.Name)
+		}
+	}
+	slices.Sort(o.Names)
+	return o, nil
 }

@@ -117,12 +117,39 @@ func TestClassifyCaptured(t *testing.T) {
 	for name, want := range map[string]error{
 		"get_missing": runtime.ErrNotFound, "delete_missing": runtime.ErrNotFound,
 		"create_exists": runtime.ErrNameInUse, "down_get": runtime.ErrUnreachable,
+		"create_unknown_runtime_class": runtime.ErrNoOCIRuntime,
 	} {
 		c := load(t, name)
 		if got := Classify(c.exit, string(c.stderr)); !errors.Is(got, want) {
 			t.Errorf("%s: %v, want %v", name, got, want)
 		}
 	}
+}
+
+// The cluster's RuntimeClasses (none on the capture's): a complete list.
+func TestParseRuntimeClassesCaptured(t *testing.T) {
+	c := load(t, "get_runtimeclasses")
+	o, err := ParseRuntimeClasses(c.stdout)
+	if err != nil || !o.Complete || len(o.Names) != 0 || o.Has("gvisor") {
+		t.Fatalf("%+v %v", o, err)
+	}
+	o, err = ParseRuntimeClasses([]byte(`{"kind":"List","items":[{"metadata":{"name":"runsc"}},{"metadata":{"name":"gvisor"}}]}`))
+	if err != nil || strings.Join(o.Names, ",") != "gvisor,runsc" || !o.Has("gvisor") {
+		t.Fatalf("%+v %v", o, err)
+	}
+	if _, err := ParseRuntimeClasses([]byte(`{"kind":"Pod"}`)); err == nil {
+		t.Fatal("a Pod read as a list of RuntimeClasses")
+	}
+}
+
+func FuzzParseRuntimeClasses(f *testing.F) {
+	b, _ := os.ReadFile(filepath.Join(captures, "get_runtimeclasses.stdout"))
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if o, err := ParseRuntimeClasses(b); err == nil && !o.Complete {
+			t.Fatalf("a parsed list that is not complete: %+v", o)
+		}
+	})
 }
 
 func TestLabelValue(t *testing.T) {

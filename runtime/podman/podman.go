@@ -84,7 +84,10 @@ func (Dialect) ParsePS(out []byte) ([]runtime.Container, error) {
 type rawInfo struct {
 	Host *struct {
 		CgroupVersion string `json:"cgroupVersion"`
-		Security      struct {
+		OCIRuntime    struct {
+			Name string `json:"name"`
+		} `json:"ociRuntime"`
+		Security struct {
 			Rootless bool `json:"rootless"`
 		} `json:"security"`
 	} `json:"host"`
@@ -111,6 +114,12 @@ func (Dialect) ParseInfo(out []byte) (runtime.Info, error) {
 		Rootless:      r.Host.Security.Rootless,
 		CgroupVersion: r.Host.CgroupVersion,
 	}
+	// podman names its default; it also takes any runtime its
+	// containers.conf names ([engine.runtimes], with built-in entries for
+	// crun, runc, runsc, kata, ...) and any path, judged at create.
+	if n := r.Host.OCIRuntime.Name; n != "" {
+		info.OCIRuntimes = runtime.OCIRuntimes{Default: n, Names: []string{n}}
+	}
 	if r.Store != nil {
 		info.StorageDriver = r.Store.GraphDriverName
 		info.BackingFS = r.Store.GraphStatus["Backing Filesystem"]
@@ -134,6 +143,8 @@ var rules = []enginecli.Rule{
 	{Fragment: "slirp4netns", Kind: runtime.ErrNetworkSetup},
 	{Fragment: "/dev/net/tun", Kind: runtime.ErrNetworkSetup},
 	{Fragment: "pasta failed", Kind: runtime.ErrNetworkSetup},
+	{Fragment: "default oci runtime", Kind: runtime.ErrNoOCIRuntime},                       // run --runtime NAME: no such name
+	{Fragment: "no valid executable found for oci runtime", Kind: runtime.ErrNoOCIRuntime}, // run --runtime PATH: nothing there
 	{Fragment: "cannot connect to podman", Kind: runtime.ErrUnreachable},
 	{Fragment: "unable to connect to podman socket", Kind: runtime.ErrUnreachable},
 	{Fragment: "could not be found on container", Kind: runtime.ErrNoSuchPath}, // cp (4.3)
