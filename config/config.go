@@ -96,6 +96,7 @@ type SandboxSettings struct {
 	PidsLimit              Setting[int64]
 	ShmSize                Setting[string]
 	Network                Setting[bool]
+	OCIRuntime             Setting[string]
 	SharedContainerKey     Setting[string]
 	SandboxDir             Setting[string]
 	SnapCompat             Setting[bool]
@@ -168,7 +169,7 @@ func Defaults() Settings {
 			SnapCompat: Setting[bool]{d.SnapCompat, "default"}, RunAsHostUser: Setting[bool]{d.RunAsHostUser, "default"},
 			MountCwdToWorkspace: Setting[bool]{d.MountCwdToWorkspace, "default"}, Persistent: Setting[bool]{d.Persistent, "default"},
 			PersistAcrossProcesses: Setting[bool]{d.PersistAcrossProcesses, "default"}, Timeout: Setting[time.Duration]{0, "default"},
-			OnDrift: Setting[string]{string(sandbox.DriftWarn), "default"},
+			OnDrift: Setting[string]{string(sandbox.DriftWarn), "default"}, OCIRuntime: Setting[string]{"", "default"},
 		},
 		Reaper: ReaperSettings{
 			OrphanReaper: Setting[bool]{true, "default"}, Lifetime: Setting[time.Duration]{300 * time.Second, "default"},
@@ -220,6 +221,7 @@ func (s *Settings) fields() []field {
 		{key: "sandbox.pids_limit", ptr: &sb.PidsLimit},
 		{key: "sandbox.shm_size", env: []string{"TERMINAL_DOCKER_SHM_SIZE"}, ptr: &sb.ShmSize},
 		{key: "sandbox.network", env: []string{"TERMINAL_DOCKER_NETWORK"}, ptr: &sb.Network},
+		{key: "sandbox.oci_runtime", env: []string{"HSBX_OCI_RUNTIME"}, flag: "--oci-runtime", ptr: &sb.OCIRuntime},
 		{key: "sandbox.shared_container_key", env: []string{"TERMINAL_DOCKER_SHARED_CONTAINER_KEY"}, ptr: &sb.SharedContainerKey},
 		{key: "sandbox.sandbox_dir", env: []string{"TERMINAL_SANDBOX_DIR"}, ptr: &sb.SandboxDir},
 		{key: "sandbox.snap_compat", env: []string{"TERMINAL_DOCKER_SNAP_COMPAT"}, ptr: &sb.SnapCompat},
@@ -577,7 +579,7 @@ func (c *Config) Spec() sandbox.Spec {
 		Image: sb.Image.Value, Cwd: cwd, Volumes: sb.Volumes.Value, Env: sb.Env.Value,
 		ForwardEnv: sb.ForwardEnv.Value, ExtraArgs: sb.ExtraArgs.Value,
 		CPU: sb.CPU.Value, MemoryMB: sb.Memory.Value, DiskMB: sb.Disk.Value, PidsLimit: sb.PidsLimit.Value,
-		ShmSize: shm, Network: sb.Network.Value,
+		ShmSize: shm, Network: sb.Network.Value, OCIRuntime: sb.OCIRuntime.Value,
 		RunAsHostUser: sb.RunAsHostUser.Value, MountCwdToWorkspace: sb.MountCwdToWorkspace.Value,
 		Persistent: sb.Persistent.Value, PersistAcrossProcesses: sb.PersistAcrossProcesses.Value,
 		SandboxDir: sb.SandboxDir.Value, SnapCompat: sb.SnapCompat.Value,

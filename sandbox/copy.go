@@ -157,8 +157,19 @@ func (s *Sandbox) copying(ctx context.Context, create bool, p string, do func(id
 	if err != nil {
 		return err
 	}
-	viaAgent := false
-	if m, ok := s.memoryMount(p); ok && (!s.rt().Capabilities().CopyReachesMemoryMounts || c.State != runtime.StateRunning) {
+	caps := s.rt().Capabilities()
+	rtName := c.OCIRuntime
+	if rtName == "" {
+		rtName = s.spec.OCIRuntime
+	}
+	// Under a runtime with a kernel of its own (gVisor), the engine's cp
+	// writes and reads the host's view, which the sandbox may not share:
+	// a running one is copied from inside, by the agent.
+	viaAgent := c.State == runtime.StateRunning && !caps.CopyRunsInside && kernelOfItsOwn(rtName)
+	if viaAgent && !s.m.c.Channel {
+		return fmt.Errorf("copying %s in sandbox %s: under OCI runtime %q only hsbx's agent copies, and exec_channel is off (docs/containment.md)", p, s.name, rtName)
+	}
+	if m, ok := s.memoryMount(p); ok && !viaAgent && (!caps.CopyReachesMemoryMounts || c.State != runtime.StateRunning) {
 		if c.State != runtime.StateRunning || !s.m.c.Channel {
 			why := "the sandbox is not running (a stopped sandbox's memory holds nothing)"
 			if c.State == runtime.StateRunning {

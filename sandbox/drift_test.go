@@ -28,6 +28,7 @@ func TestDriftNamesEachSetting(t *testing.T) {
 		"pids_limit":               func(s *Spec) { s.PidsLimit = 0 },
 		"shm_size":                 func(s *Spec) { s.ShmSize = "64m" },
 		"network":                  func(s *Spec) { s.Network = false },
+		"oci_runtime":              func(s *Spec) { s.OCIRuntime = "runsc" },
 		"run_as_host_user":         func(s *Spec) { s.RunAsHostUser = true },
 		"mount_cwd_to_workspace":   func(s *Spec) { s.MountCwdToWorkspace = true },
 		"persistent":               func(s *Spec) { s.Persistent = false },
@@ -126,19 +127,24 @@ func TestNormalImage(t *testing.T) {
 // The marker keeps what the warm path judges drift by, exactly.
 func TestMarkerKeepsConfig(t *testing.T) {
 	dir := t.TempDir()
-	m := marker{ID: strings.Repeat("a", 64), Network: "any", Config: DefaultSpec().labelValue(1, 2), Image: "debian:12"}
+	m := marker{ID: strings.Repeat("a", 64), Network: "any", Config: DefaultSpec().labelValue(1, 2), Image: "debian:12", OCIRuntime: "runsc"}
 	writeMarker(dir, m)
 	got, ok := readMarker(dir)
 	if !ok || got != m {
 		t.Fatalf("read %+v %v, wrote %+v", got, ok, m)
 	}
-	// an older hsbx's marker is not used (verified anew, recording the config)
+	// an older hsbx's marker is not used (verified anew, recording the
+	// config, and the runtime)
 	os.WriteFile(markerPath(dir), []byte("hsbx-marker-2\n"+m.ID+"\nany\n"), 0o644)
 	if _, ok := readMarker(dir); ok {
 		t.Fatal("a version 2 marker was used")
 	}
+	os.WriteFile(markerPath(dir), []byte("hsbx-marker-3\n"+m.ID+"\nany\n1 image=0\ndebian:12\n"), 0o644)
+	if _, ok := readMarker(dir); ok {
+		t.Fatal("a version 3 marker (no runtime) was used")
+	}
 	// a label value with a newline (not hsbx's) cannot break the file's lines
-	m.Config = "1 image=0\nhsbx-marker-3"
+	m.Config = "1 image=0\nhsbx-marker-4"
 	writeMarker(dir, m)
 	if got, ok := readMarker(dir); !ok || got.ID != m.ID || strings.Contains(got.Config, "\n") {
 		t.Fatalf("read %+v %v", got, ok)

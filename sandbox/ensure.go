@@ -237,6 +237,9 @@ func (s *Sandbox) activate(ctx context.Context, c runtime.Container, patient boo
 	if err := s.checkNetwork(c); err != nil {
 		return Result{}, true, err
 	}
+	if err := s.checkIsolation(c); err != nil {
+		return Result{}, true, err
+	}
 	res, done, err := s.bringUp(ctx, c)
 	res.Drift, res.DriftWarned, res.driftMsg = drift, said, msg
 	return res, done, err
@@ -368,6 +371,9 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		s6, _ = s.m.imageInit(ctx, spec.Image)
 	}
 	spec.ImageInit = s6
+	if err := s.checkOCIRuntime(ctx, spec.OCIRuntime, host.OCIRuntimes); err != nil {
+		return "", err
+	}
 	if host.NoNetwork && spec.Network && !spec.Explicit["network"] {
 		spec.Network = false // learned earlier: this engine cannot network here
 		s.m.c.Warn(noNetworkWarning(host))
@@ -419,6 +425,10 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 			spec.Network = false
 			s.m.c.Warn(noNetworkWarning(host))
 			continue
+		}
+		if spec.OCIRuntime != "" && !errors.Is(err, runtime.ErrTimeout) && !errors.Is(err, runtime.ErrUnreachable) && !errors.Is(err, runtime.ErrImageNotFound) {
+			// Refused (no such runtime) or failed to start under it.
+			err = &OCIRuntimeError{Runtime: spec.OCIRuntime, Dialect: s.rt().Dialect(), Err: err}
 		}
 		return "", fmt.Errorf("creating sandbox %s: %w", name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/enginecli"
 	"github.com/hsbx/hsbx/sandbox"
@@ -118,4 +119,30 @@ func ExampleSession() {
 	// /tmp/proj test
 	// 3 true <nil>
 	// true its shell exited (status 3)
+}
+
+// A sandbox under gVisor (Spec.OCIRuntime): on an engine that has no such
+// runtime, nothing is made and the error says what it has. (The fake
+// docker on this package's PATH has only runc.)
+func ExampleSpec_ociRuntime() {
+	ctx := context.Background()
+	rt, _, err := detect.Open(ctx, detect.Options{Engine: enginecli.Options{Env: os.Environ()}})
+	if err != nil {
+		fmt.Println("no engine:", err)
+		return
+	}
+	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
+	defer os.RemoveAll(stateDir)
+	m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir, Environ: os.Environ()})
+
+	spec := sandbox.DefaultSpec()
+	spec.Image = "busybox"
+	spec.OCIRuntime = "runsc" // gVisor: a kernel of its own between the sandbox and the host
+	_, err = m.Sandbox(sandbox.Key{Profile: "default", Task: "gvisor"}, spec).Ensure(ctx)
+	var oe *sandbox.OCIRuntimeError
+	if errors.As(err, &oe) && errors.Is(err, runtime.ErrNoOCIRuntime) {
+		fmt.Println(oe)
+	}
+	// Output:
+	// oci_runtime: docker has no OCI runtime "runsc" (it has: io.containerd.runc.v2, io.containerd.runtime.v1.linux, runc)
 }

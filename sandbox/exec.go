@@ -263,8 +263,8 @@ func (s *Sandbox) warmTarget() string {
 		return s.id
 	}
 	mk, ok := readMarker(s.engineDir())
-	if !ok || (!s.spec.Network && mk.Network != "none") {
-		return "" // never verified here, or not under the network posture asked for
+	if !ok || (!s.spec.Network && mk.Network != "none") || s.spec.OCIRuntime != "" && !sameRuntime(s.spec.OCIRuntime, mk.OCIRuntime) {
+		return "" // never verified here, or not under the network posture or runtime asked for
 	}
 	if !s.warmDrift(mk) {
 		return "" // made from other settings: Ensure applies on_drift

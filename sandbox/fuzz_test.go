@@ -50,7 +50,7 @@ func FuzzTaskDirName(f *testing.F) {
 }
 
 func FuzzMarker(f *testing.F) {
-	f.Add("hsbx-marker-3\n" + strings.Repeat("a", 64) + "\nnone\n1 image=0a0b0c0d cwd=01020304\ndebian:12\n")
+	f.Add("hsbx-marker-4\n" + strings.Repeat("a", 64) + "\nnone\n1 image=0a0b0c0d cwd=01020304\ndebian:12\nrunsc\n")
 	f.Add("garbage")
 	f.Fuzz(func(t *testing.T, s string) {
 		dir := t.TempDir()

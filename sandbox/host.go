@@ -48,7 +48,7 @@ func (m *Manager) hostFacts(ctx context.Context) (engineHost, error) {
 	h := engineHost{
 		Dialect: m.c.Runtime.Dialect(), Caps: m.c.Runtime.Capabilities(), Rootless: info.Rootless,
 		CgroupV1:  info.CgroupsV1(),
-		BackingFS: info.BackingFS, UID: m.c.UID, GID: m.c.GID,
+		BackingFS: info.BackingFS, UID: m.c.UID, GID: m.c.GID, OCIRuntimes: info.OCIRuntimes,
 	}
 	m.host = &h
 	if err == nil {

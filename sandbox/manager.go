@@ -235,6 +235,8 @@ type Result struct {
 	DriftWarned bool `json:"-"`
 
 	network string // "none" when the container is known air-gapped
+	// ociRuntime is the runtime it runs under, as the engine names it.
+	ociRuntime string
 	// config and image are what it was made from (LabelConfig, image);
 	// driftMsg is the drift warning for it.
 	config, image, driftMsg string
@@ -242,7 +244,7 @@ type Result struct {
 
 // marker is the host's record of the verified container in r.
 func (r Result) marker() marker {
-	return marker{ID: r.ID, Network: r.network, Config: r.config, Image: r.image}
+	return marker{ID: r.ID, Network: r.network, Config: r.config, Image: r.image, OCIRuntime: r.ociRuntime}
 }
 
 // Sandbox is a handle on the sandbox for one key. Handles are cheap; all
@@ -304,7 +306,7 @@ func endpointDigest(rt runtime.Runtime) string {
 // fresh is the Result for a container this handle just made (or holds).
 func (s *Sandbox) fresh(id string, a Action, network string) Result {
 	return Result{ID: id, Name: s.name, Profile: s.key.Profile, Task: s.key.Task, State: runtime.StateRunning, Action: a, network: network,
-		config: s.configLabel(), image: s.spec.Image}
+		config: s.configLabel(), image: s.spec.Image, ociRuntime: s.spec.OCIRuntime}
 }
 
 func (s *Sandbox) result(c runtime.Container, a Action) Result {
@@ -313,7 +315,7 @@ func (s *Sandbox) result(c runtime.Container, a Action) Result {
 		network = "none"
 	}
 	return Result{ID: c.ID, Name: c.Name, Profile: s.key.Profile, Task: s.key.Task, State: c.State, Action: a, network: network,
-		config: c.Labels[LabelConfig], image: c.Image}
+		config: c.Labels[LabelConfig], image: c.Image, ociRuntime: c.OCIRuntime}
 }
 
 func randomHex(n int) string {

@@ -35,6 +35,9 @@ func (s *Sandbox) engineDir() string {
 type marker struct {
 	ID      string
 	Network string // "none" when verified air-gapped, else "any"
+	// OCIRuntime is the runtime the engine said it runs under ("" its
+	// default): a warm command asked under another one verifies anew.
+	OCIRuntime string
 	// Config is the container's LabelConfig ("" without one) and Image
 	// what it was made from: what Drift judges, kept so a warm exec
 	// judges drift without asking the engine (a container's labels and
@@ -53,7 +56,7 @@ func (m marker) container() runtime.Container {
 
 // markerVersion heads the file; a marker of another version (an older
 // hsbx's, verified under other rules) is ignored, so it is verified anew.
-const markerVersion = "hsbx-marker-3"
+const markerVersion = "hsbx-marker-4"
 
 func readMarker(dir string) (marker, bool) {
 	if dir == "" {
@@ -64,10 +67,10 @@ func readMarker(dir string) (marker, bool) {
 		return marker{}, false
 	}
 	lines := strings.Split(string(b), "\n")
-	if len(lines) != 6 || lines[0] != markerVersion || !isHexID(lines[1]) || lines[5] != "" {
+	if len(lines) != 7 || lines[0] != markerVersion || !isHexID(lines[1]) || lines[6] != "" {
 		return marker{}, false
 	}
-	return marker{ID: lines[1], Network: lines[2], Config: lines[3], Image: lines[4]}, true
+	return marker{ID: lines[1], Network: lines[2], Config: lines[3], Image: lines[4], OCIRuntime: lines[5]}, true
 }
 
 func writeMarker(dir string, m marker) {
@@ -76,7 +79,7 @@ func writeMarker(dir string, m marker) {
 	}
 	p := markerPath(dir)
 	oneLine := func(v string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(v) }
-	content := markerVersion + "\n" + m.ID + "\n" + m.Network + "\n" + oneLine(m.Config) + "\n" + oneLine(m.Image) + "\n"
+	content := markerVersion + "\n" + m.ID + "\n" + m.Network + "\n" + oneLine(m.Config) + "\n" + oneLine(m.Image) + "\n" + oneLine(m.OCIRuntime) + "\n"
 	if b, err := os.ReadFile(p); err == nil && string(b) == content {
 		return
 	}

@@ -30,6 +30,12 @@ type Spec struct {
 	PidsLimit  int64             // 0 = unlimited
 	ShmSize    string
 	Network    bool
+	// OCIRuntime is the OCI runtime the sandbox runs under (oci_runtime):
+	// docker's and podman's --runtime (a name the engine knows; podman
+	// also takes a path), a Pod's runtimeClassName. "" is the engine's
+	// default. "runsc" is gVisor, a kernel of its own between the
+	// sandbox's processes and the host's (docs/containment.md).
+	OCIRuntime string
 
 	RunAsHostUser          bool
 	MountCwdToWorkspace    bool
@@ -91,6 +97,8 @@ type engineHost struct {
 	CgroupV1  bool
 	BackingFS string
 	UID, GID  int
+	// OCIRuntimes are the runtimes info named (none on Kubernetes).
+	OCIRuntimes runtime.OCIRuntimes
 	// NoNetwork is learned, not reported: creating a networked container
 	// failed (rootless without /dev/net/tun), so defaults skip networking.
 	NoNetwork bool
@@ -123,6 +131,20 @@ func validEnvName(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// validRuntimeName reports whether s can name an OCI runtime: printable,
+// no spaces, not a flag.
+func validRuntimeName(s string) bool {
+	if strings.HasPrefix(s, "-") || len(s) > 255 {
+		return false
+	}
+	for _, c := range s {
+		if c <= ' ' || c == 0x7f || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // validSize reports whether s is a size like 64m or 1g.
@@ -228,6 +250,10 @@ func (s Spec) Validate() error {
 		return &SpecError{"shm_size", fmt.Sprintf("%q: want a size like 64m or 1g", s.ShmSize)}
 	case s.StorageClass != "" && (s.StorageSize == "" || !validSize(s.StorageSize) || strings.Trim(s.StorageSize, "0bkmgBKMG") == ""):
 		return &SpecError{"kubernetes.storage_size", fmt.Sprintf("%q: want a size like 10g", s.StorageSize)}
+	case s.OCIRuntime != "" && !validRuntimeName(s.OCIRuntime):
+		return &SpecError{"oci_runtime", fmt.Sprintf("%q: want a runtime's name (runsc) or, on podman, an absolute path (/usr/bin/runsc)", s.OCIRuntime)}
+	case s.OCIRuntime != "" && len(flagValues(s.ExtraArgs, "--runtime")) > 0:
+		return &SpecError{"oci_runtime", fmt.Sprintf("extra_args also says --runtime %s; set the runtime in one place (oci_runtime)", flagValues(s.ExtraArgs, "--runtime")[0])}
 	case s.OnDrift != "" && !slices.Contains(DriftPolicies(), string(s.OnDrift)):
 		return &SpecError{"on_drift", fmt.Sprintf("%q: want one of %s", s.OnDrift, strings.Join(DriftPolicies(), ", "))}
 	}
@@ -459,6 +485,9 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	}
 	if s.ShmSize != "" {
 		args = append(args, "--shm-size", s.ShmSize)
+	}
+	if s.OCIRuntime != "" {
+		args = append(args, "--runtime", s.OCIRuntime)
 	}
 	if !s.Network {
 		switch mode, set := extraNetwork(s.ExtraArgs); {

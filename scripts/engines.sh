@@ -2,8 +2,9 @@
 # engines.sh — install and start real Docker Engine and Podman (rootful and
 # rootless) on a fresh Debian machine with no container registry, and import a
 # busybox image into each — and an arm64 one, run through qemu-user (binfmt),
-# for sandboxes of another architecture. Idempotent: a second run reuses what
-# is there.
+# for sandboxes of another architecture — and gVisor (Debian's runsc), which
+# dockerd knows as the runtime "runsc" and podman runs by its path. Idempotent:
+# a second run reuses what is there.
 #
 # Usage (as root):  scripts/engines.sh [DIR]         (DIR defaults to /tmp/hsbx-engines)
 #                   scripts/engines.sh --stop [DIR]  (stops the dockerd it started)
@@ -32,7 +33,7 @@ die() { say "error: $*"; exit 1; }
 
 need_pkgs=()
 # zsh: not an engine, but the shell the completion tests load hsbx's code in.
-for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static zsh; do
+for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static zsh runsc; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -48,16 +49,27 @@ cp "$here/containers.conf" "$conf"
 chmod 0644 "$conf"
 export CONTAINERS_CONF="$conf"
 
+# --- gVisor: Debian's runsc behind the project's wrapper (see there) -------
+gvisor="$dir/gvisor/runsc"
+mkdir -p "$dir/gvisor"
+install -m 0755 "$here/gvisor-runsc" "$gvisor.new"
+mv -f "$gvisor.new" "$gvisor"
+chmod 0755 "$dir/gvisor"
+
 # --- Docker Engine: a private dockerd on its own socket ----------------------
 sock="$dir/docker.sock"
 export DOCKER_HOST="unix://$sock"
 dockercli=/usr/bin/docker
+if "$dockercli" version >/dev/null 2>&1 && ! "$dockercli" info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then
+  say "restarting dockerd: it runs without the runtime runsc"
+  bash "$0" --stop "$dir"
+fi
 if ! "$dockercli" version >/dev/null 2>&1; then
   say "starting dockerd on $sock"
   mkdir -p "$dir/docker-data" "$dir/docker-exec"
   nohup setsid dockerd --host "$DOCKER_HOST" --data-root "$dir/docker-data" \
     --exec-root "$dir/docker-exec" --pidfile "$dir/dockerd.pid" \
-    --iptables=false --bridge=none >"$dir/dockerd.log" 2>&1 </dev/null &
+    --iptables=false --bridge=none --add-runtime "runsc=$gvisor" >"$dir/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 100); do
     "$dockercli" version >/dev/null 2>&1 && break
     sleep 0.2
@@ -191,9 +203,14 @@ export HSBX_IT_DOCKER_SHIM=$dir/shim/docker
 export HSBX_IT_AS_ROOTLESS=$dir/bin/as-rootless
 export HSBX_IT_ROOTLESS_UID=$uid
 export HSBX_IT_ROOTLESS_GID=$(id -g "$user")
+export HSBX_IT_GVISOR_DOCKER=runsc
+export HSBX_IT_GVISOR_PODMAN=$gvisor
 ENV
 
 "$dockercli" run --rm --network none "$image" true || die "docker cannot run a container"
 podman run --rm --network none "$image" true || die "podman (rootful) cannot run a container"
 "$wrapper" run --rm --network none "$image" true || die "podman (rootless) cannot run a container"
+"$dockercli" run --rm --network none --runtime runsc "$image" true || die "docker cannot run a container under gVisor (runsc)"
+podman run --rm --network none --runtime "$gvisor" "$image" true || die "podman (rootful) cannot run a container under gVisor ($gvisor)"
+"$wrapper" run --rm --network none --runtime "$gvisor" "$image" true || die "podman (rootless) cannot run a container under gVisor ($gvisor)"
 say "ready: . $dir/env.sh"

@@ -533,6 +533,7 @@ func cliHint(err error) string {
 	var de *sandbox.DriftError
 	var be *sandbox.BusyError
 	var ne *sandbox.NetworkModeError
+	var ie *sandbox.IsolationError
 	switch {
 	case errors.As(err, &de):
 		return "`hsbx up --recreate` replaces it with one made from these settings (/workspace and /root are kept when persistent), `hsbx down` removes it, or set on_drift = warn to use it as it is"
@@ -540,6 +541,8 @@ func cliHint(err error) string {
 		return "try again when the command has ended (`hsbx ls` shows the sandbox), or `hsbx down` removes it whatever runs in it"
 	case errors.As(err, &ne):
 		return fmt.Sprintf("`hsbx up --recreate --task %s` replaces it with an air-gapped one (`hsbx down --task %s` removes it), or set network = true", ne.Task, ne.Task)
+	case errors.As(err, &ie):
+		return fmt.Sprintf("%s replaces it with one under %s (%s removes it), or set oci_runtime to what it runs under", cliRemedy(sandbox.RemedyRecreate, sandbox.Key{Task: ie.Task}), ie.Want, cliRemedy(sandbox.RemedyDown, sandbox.Key{Task: ie.Task}))
 	case errors.Is(err, sandbox.ErrResourceExhausted):
 		return "each session is a shell in the sandbox: `hsbx session close NAME` those no longer needed, end what runs there, or raise pids_limit or memory"
 	case errors.Is(err, sandbox.ErrNoShell):

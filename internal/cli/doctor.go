@@ -29,6 +29,10 @@ type doctorReport struct {
 	// Channel is the exec channel here: "on (agent PATH)", "off (...)" or
 	// "unavailable: why" (commands then take the plain exec path).
 	Channel string `json:"exec_channel"`
+	// OCIRuntimes are the runtimes a sandbox may ask for (oci_runtime):
+	// docker's and a cluster's RuntimeClasses all, podman its default
+	// (complete false: it also takes a path or a containers.conf name).
+	OCIRuntimes *runtime.OCIRuntimes `json:"oci_runtimes,omitempty"`
 	// Kubernetes is the kubectl runtime's context, namespace and
 	// permissions there.
 	Kubernetes *kubeReport `json:"kubernetes,omitempty"`
@@ -59,6 +63,12 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 		}
 		if k, ok := rt.(*kubectl.Runtime); ok && err == nil {
 			r.Kubernetes, err = kubeDoctor(ctx, k, app.Cfg.Kubernetes.StorageClass.Value)
+			if err == nil {
+				info.OCIRuntimes, err = rt.OCIRuntimes(ctx)
+			}
+		}
+		if err == nil {
+			r.OCIRuntimes = &info.OCIRuntimes
 		}
 	}
 	if err != nil {
@@ -90,6 +100,9 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 			show("reachable", "no")
 		}
 		show("exec channel", r.Channel)
+		if o := r.OCIRuntimes; o != nil {
+			show("oci runtimes", ociRuntimesText(*o))
+		}
 		if k := r.Kubernetes; k != nil {
 			show("context", k.Context)
 			show("namespace", k.Namespace)
@@ -143,4 +156,23 @@ func kubeDoctor(ctx context.Context, k *kubectl.Runtime, class string) (*kubeRep
 			runtime.ErrEngine, ns, kc, strings.Join(missing, ", "))
 	}
 	return r, nil
+}
+
+// ociRuntimesText is doctor's line of the runtimes a sandbox may ask for.
+func ociRuntimesText(o runtime.OCIRuntimes) string {
+	var parts []string
+	for _, n := range o.Names {
+		if n == o.Default {
+			n += " (default)"
+		}
+		parts = append(parts, n)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "none named: the default only")
+	}
+	text := strings.Join(parts, ", ")
+	if !o.Complete {
+		text += "; and any runtime by path, or named in containers.conf"
+	}
+	return text
 }

@@ -250,6 +250,8 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 		return "usage", ExitUsage
 	case errors.Is(err, sandbox.ErrMemoryPath):
 		return "memory_path", ExitUsage
+	case errors.Is(err, runtime.ErrNoOCIRuntime):
+		return "no_oci_runtime", ExitUsage
 	case errors.Is(err, hsbx.ErrUnsafeDir):
 		return "unsafe_dir", ExitUsage
 	case errors.Is(err, runtime.ErrNoSuchPath):
@@ -280,6 +282,8 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 		return "drift", ExitError
 	case errors.Is(err, sandbox.ErrBusy):
 		return "busy", ExitError
+	case errors.Is(err, sandbox.ErrIsolation):
+		return "isolation", ExitError
 	}
 	var ee *exitError
 	if errors.As(err, &ee) && ee.code == ExitUsage {

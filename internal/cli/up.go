@@ -22,12 +22,14 @@ func (t taskFlag) settingFlags() []config.Flag { return t.flags() }
 // UpCmd brings a sandbox up.
 type UpCmd struct {
 	taskFlag
-	Image    string `help:"Image for a new sandbox (sandbox.image). A sandbox made from another image or other settings is used as it is and said so (on_drift), unless --recreate." placeholder:"REF"`
-	Recreate bool   `help:"Replace the sandbox with one made from the current settings, whether or not they changed (files in /workspace and /root are kept when persistent; sessions and the rest are not). Refused while a command runs in it."`
+	Image      string `help:"Image for a new sandbox (sandbox.image). A sandbox made from another image or other settings is used as it is and said so (on_drift), unless --recreate." placeholder:"REF"`
+	OCIRuntime string `name:"oci-runtime" help:"OCI runtime for a new sandbox (sandbox.oci_runtime; env HSBX_OCI_RUNTIME): runsc for gVisor, or any the engine has (docker's and podman's --runtime; podman takes a path too; on Kubernetes a RuntimeClass). hsbx doctor lists them. An existing sandbox under another runtime is refused, not used." placeholder:"NAME|PATH"`
+	Recreate   bool   `help:"Replace the sandbox with one made from the current settings, whether or not they changed (files in /workspace and /root are kept when persistent; sessions and the rest are not). Refused while a command runs in it."`
 }
 
 func (c *UpCmd) settingFlags() []config.Flag {
-	return append(c.flags(), given(config.Flag{Key: "sandbox.image", Value: c.Image, Name: "--image"})...)
+	return append(c.flags(), given(config.Flag{Key: "sandbox.image", Value: c.Image, Name: "--image"},
+		config.Flag{Key: "sandbox.oci_runtime", Value: c.OCIRuntime, Name: "--oci-runtime"})...)
 }
 
 // Run implements the command. A running sandbox costs one engine call.

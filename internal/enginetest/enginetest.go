@@ -116,6 +116,11 @@ type Target struct {
 	// (HSBX_IT_KUBE_STORAGE_CLASS, "" = none).
 	Kube         kubectl.Target
 	StorageClass string
+	// GVisor is what oci_runtime names to run a sandbox under gVisor on
+	// this target: docker's runtime name, podman's path to runsc, the
+	// cluster's RuntimeClass (HSBX_IT_GVISOR_*, set by scripts/engines.sh
+	// and scripts/kube.sh); the fakes' "runsc" is a name only. "" = none.
+	GVisor string
 }
 
 // Kube returns the real Kubernetes cluster that scripts/kube.sh set up
@@ -157,7 +162,7 @@ func KubeIfConfigured(t *testing.T) (Target, bool) {
 	})
 	dir := t.TempDir()
 	return Target{Name: "kubectl", Bin: bin, Image: image, Env: os.Environ(), StateDir: dir,
-		Kube: kubectl.Target{Namespace: ns}, StorageClass: os.Getenv("HSBX_IT_KUBE_STORAGE_CLASS")}, true
+		Kube: kubectl.Target{Namespace: ns}, StorageClass: os.Getenv("HSBX_IT_KUBE_STORAGE_CLASS"), GVisor: os.Getenv("HSBX_IT_GVISOR_KUBE")}, true
 }
 
 // Targets lists the engines: fakes always, real ones when configured.
@@ -170,12 +175,14 @@ func Targets(t *testing.T) []Target {
 			t.Fatalf("fake %s not on PATH (%s, %v): call enginetest.Main from TestMain", name, bin, err)
 		}
 		dir := t.TempDir()
-		ts = append(ts, Target{Name: "fake-" + name, Bin: bin, Image: "hsbx-busybox", Fake: true,
-			Env: append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine")), StateDir: filepath.Join(dir, "state")})
+		ts = append(ts, Target{Name: "fake-" + name, Bin: bin, Image: "hsbx-busybox", Fake: true, GVisor: "runsc",
+			Env:      append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine"), "FAKEENGINE_RUNTIMES=runsc"),
+			StateDir: filepath.Join(dir, "state")})
 	}
 	image := os.Getenv("HSBX_IT_IMAGE")
-	for _, real := range []struct{ name, envVar string }{
-		{"docker", "HSBX_IT_DOCKER"}, {"podman", "HSBX_IT_PODMAN"}, {"podman-rootless", "HSBX_IT_PODMAN_ROOTLESS"},
+	for _, real := range []struct{ name, envVar, gvisor string }{
+		{"docker", "HSBX_IT_DOCKER", "HSBX_IT_GVISOR_DOCKER"}, {"podman", "HSBX_IT_PODMAN", "HSBX_IT_GVISOR_PODMAN"},
+		{"podman-rootless", "HSBX_IT_PODMAN_ROOTLESS", "HSBX_IT_GVISOR_PODMAN"},
 	} {
 		bin := os.Getenv(real.envVar)
 		if bin == "" || image == "" {
@@ -187,7 +194,8 @@ func Targets(t *testing.T) []Target {
 			}
 			continue
 		}
-		tg := Target{Name: real.name, Bin: bin, Image: image, Env: os.Environ(), Rootless: strings.HasSuffix(real.name, "rootless")}
+		tg := Target{Name: real.name, Bin: bin, Image: image, Env: os.Environ(), Rootless: strings.HasSuffix(real.name, "rootless"),
+			GVisor: os.Getenv(real.gvisor)}
 		tg.StateDir = sharedStateDir(t, tg.Rootless)
 		ts = append(ts, tg)
 	}
@@ -239,8 +247,8 @@ func FakeKube(t *testing.T) Target {
 	}
 	dir := t.TempDir()
 	return Target{Name: "fake-kubectl", Bin: bin, Image: "hsbx-busybox", Fake: true,
-		Env: append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine")), StateDir: filepath.Join(dir, "state"),
-		StorageClass: "hsbx-local"}
+		Env:      append(os.Environ(), "FAKEENGINE_DIR="+filepath.Join(dir, "engine"), "FAKEENGINE_RUNTIMES=gvisor"),
+		StateDir: filepath.Join(dir, "state"), StorageClass: "hsbx-local", GVisor: "gvisor"}
 }
 
 // Dialect is the dialect the target should be detected as.

@@ -1,0 +1,199 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// gvisor is the test's spec under gVisor on e's engine, or a skip (an
+// error under HSBX_REQUIRE_ENGINES=1) where the target has none.
+func (e *env) gvisor() sandbox.Spec {
+	e.t.Helper()
+	if e.tg.GVisor == "" && e.kube() {
+		// docs/containment.md: Debian ships no containerd-shim-runsc-v1;
+		// the runc shim driving runsc never reports a Pod's container
+		// started, and gVisor's own shim (built from the Go module proxy)
+		// cannot start on these machines (it may not set its OOM score).
+		e.t.Skip("the project's cluster has no gVisor RuntimeClass (docs/containment.md says why)")
+	}
+	if e.tg.GVisor == "" {
+		msg := "no gVisor on " + e.tg.Name + " (HSBX_IT_GVISOR_* unset: scripts/engines.sh and scripts/kube.sh set them)"
+		if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+			e.t.Fatal(msg)
+		}
+		e.t.Skip(msg)
+	}
+	s := e.spec()
+	s.OCIRuntime = e.tg.GVisor
+	s.Explicit = map[string]bool{"oci_runtime": true}
+	return s
+}
+
+// Under gVisor (oci_runtime) everything hsbx promises holds: the sandbox
+// runs under the runtime asked for (its kernel is gVisor's), the exec
+// channel and its agent, sessions, copies into the image's layer and
+// into tmpfs and back, a timeout that kills, drift, and the refusals: a
+// runtime the engine lacks (nothing made) and an existing sandbox under
+// another runtime (not used, not removed).
+func TestGVisorEveryEngine(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		spec := e.gvisor()
+		m := e.channelManager()
+		sb := m.Sandbox(e.key("gv"), spec)
+		t.Cleanup(func() { _ = sb.Close(ctx) })
+		res, err := sb.Ensure(ctx)
+		if err != nil || res.Action != sandbox.Created {
+			t.Fatalf("Ensure under %s: %+v %v", spec.OCIRuntime, res, err)
+		}
+		cs, err := e.rt.Inspect(ctx, res.ID)
+		if err != nil || len(cs) != 1 || cs[0].OCIRuntime != spec.OCIRuntime {
+			t.Fatalf("the engine says it runs under %q (%v), want %q", cs[0].OCIRuntime, err, spec.OCIRuntime)
+		}
+		var out bytes.Buffer
+		if !e.tg.Fake {
+			// gVisor's kernel says it is Linux 4.4.0, whatever the host's.
+			if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"uname", "-r"}, Stdout: &out}); err != nil || code != 0 || strings.TrimSpace(out.String()) != "4.4.0" {
+				t.Fatalf("uname -r under gVisor: %q %d %v", out.String(), code, err)
+			}
+		}
+		// The channel: up, and a warm command makes no engine call.
+		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := sb.ChannelStatus(res.ID); got != "up" {
+			t.Fatalf("the exec channel under gVisor is %q", got)
+		}
+		e.log.reset()
+		out.Reset()
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"echo", "warm"}, Stdout: &out}); err != nil || code != 0 || out.String() != "warm\n" {
+			t.Fatalf("warm exec: %q %d %v", out.String(), code, err)
+		}
+		if n := len(e.log.all()); n != 0 {
+			t.Errorf("a warm exec under gVisor made %d engine calls:\n%s", n, strings.Join(e.log.all(), "\n"))
+		}
+		// A session keeps its state.
+		ss := sb.Session("gv")
+		if r, err := ss.Run(ctx, `cd /tmp && G=kept`, sandbox.Script{}); err != nil || r.Code != 0 {
+			t.Fatalf("session: %+v %v", r, err)
+		}
+		out.Reset()
+		if r, err := ss.Run(ctx, `pwd; echo $G`, sandbox.Script{Stdout: &out}); err != nil || r.Code != 0 || out.String() != "/tmp\nkept\n" {
+			t.Fatalf("session state: %q %+v %v", out.String(), r, err)
+		}
+		// Copies: into the image's layer and into tmpfs, larger than the
+		// channel's fast path (so through the agent, not the engine's cp,
+		// whose writes gVisor does not show), and back out.
+		src := filepath.Join(t.TempDir(), "big")
+		data := bytes.Repeat([]byte("gvisor "), 1<<20) // 7 MiB
+		if err := os.WriteFile(src, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, dst := range []string{"/gv-root.bin", "/tmp/gv-tmp.bin"} {
+			if err := sb.CopyIn(ctx, src, dst); err != nil {
+				t.Fatalf("CopyIn %s: %v", dst, err)
+			}
+			back := filepath.Join(t.TempDir(), "back")
+			if err := sb.CopyOut(ctx, dst, back); err != nil {
+				t.Fatalf("CopyOut %s: %v", dst, err)
+			}
+			if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%s came back with %d bytes (%v), want %d", dst, len(got), err, len(data))
+			}
+			out.Reset()
+			if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"wc", "-c", dst}, Stdout: &out}); err != nil || code != 0 || !strings.HasPrefix(strings.TrimSpace(out.String()), "7340032") {
+				t.Fatalf("inside, %s is %q (%d %v)", dst, out.String(), code, err)
+			}
+		}
+		// A timeout kills the command in the sandbox.
+		start := time.Now()
+		_, err = sb.Exec(ctx, sandbox.Command{Argv: []string{"sleep", "60"}, Timeout: time.Second})
+		if !errors.Is(err, sandbox.ErrCommandTimeout) || time.Since(start) > 20*time.Second {
+			t.Fatalf("timeout under gVisor: %v after %s", err, time.Since(start))
+		}
+
+		// Drift: the runtime is a setting the sandbox is made from.
+		plain := e.spec()
+		again, err := e.channelManager().Sandbox(e.key("gv"), plain).Ensure(ctx)
+		if err != nil || again.ID != res.ID || !slices.Equal(again.Drift, []string{"oci_runtime"}) {
+			t.Fatalf("Ensure without oci_runtime: %+v %v", again, err)
+		}
+
+		// Asked for gVisor, found one under the default: refused, kept.
+		other, err := e.manager().Sandbox(e.key("plain"), plain).Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ie *sandbox.IsolationError
+		_, err = e.manager().Sandbox(e.key("plain"), spec).Ensure(ctx)
+		if !errors.As(err, &ie) || !errors.Is(err, sandbox.ErrIsolation) || ie.Want != spec.OCIRuntime {
+			t.Fatalf("Ensure under gVisor of a sandbox under the default: %v", err)
+		}
+		if cs, err := e.rt.Inspect(ctx, other.ID); err != nil || len(cs) != 1 || cs[0].State != runtime.StateRunning {
+			t.Fatalf("the refused sandbox is not kept as it was: %+v %v", cs, err)
+		}
+
+		// A per-process sandbox under gVisor: made, used, and gone with
+		// its process's Close.
+		eph := spec
+		eph.PersistAcrossProcesses = false
+		esb := e.channelManager().Sandbox(e.key("gv-eph"), eph)
+		eres, err := esb.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		if code, err := esb.Exec(ctx, sandbox.Command{Argv: []string{"echo", "eph"}, Stdout: &out}); err != nil || code != 0 || out.String() != "eph\n" {
+			t.Fatalf("per-process sandbox under gVisor: %q %d %v", out.String(), code, err)
+		}
+		if err := esb.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if cs, _ := e.rt.Inspect(ctx, eres.ID); len(cs) != 0 && cs[0].State != runtime.StateRemoving {
+			t.Fatalf("Close left the per-process sandbox: %+v", cs)
+		}
+
+		// Down removes it, as any other.
+		if _, err := sb.Down(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if cs, _ := e.rt.Inspect(ctx, res.ID); len(cs) != 0 {
+			t.Fatalf("down left %+v", cs)
+		}
+	})
+}
+
+// A runtime the engine lacks is refused before anything is made, on every
+// engine (the cluster's RuntimeClass admission included), with the
+// runtimes it has named.
+func TestOCIRuntimeRefusedBeforeAnythingIsMade(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		none := e.spec()
+		none.OCIRuntime = "hsbx-no-such-runtime"
+		e.log.reset()
+		_, err := e.manager().Sandbox(e.key("none"), none).Ensure(ctx)
+		var oe *sandbox.OCIRuntimeError
+		if !errors.As(err, &oe) || !errors.Is(err, runtime.ErrNoOCIRuntime) || oe.Runtime != none.OCIRuntime {
+			t.Fatalf("an unknown runtime: %v", err)
+		}
+		left, err := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx.task=" + e.key("none").Task}})
+		if err != nil || len(left) != 0 {
+			t.Fatalf("an unknown runtime left %+v (%v)", left, err)
+		}
+		// docker and kubectl list what they have: refused without a run.
+		if e.tg.Dialect() != runtime.Podman && slices.ContainsFunc(e.log.all(), func(c string) bool { return strings.Contains(c, " run ") || strings.Contains(c, " create ") }) {
+			t.Errorf("an engine that lists its runtimes was asked to make one anyway:\n%s", strings.Join(e.log.all(), "\n"))
+		}
+	})
+}
