@@ -10,6 +10,7 @@ import (
 
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/wire"
+	"golang.org/x/sys/unix"
 )
 
 // RunMode runs the mode of the agent binary that args (os.Args[1:]) name,
@@ -42,7 +43,12 @@ func RunMode(args []string, build string) (code int, ok bool) {
 	}
 	switch {
 	case len(args) >= 3 && args[0] == "install-as":
-		installAs(args[1])
+		if target, ok := installAs(args[1]); ok {
+			// Run as if started from there: the mode alone on the
+			// command line, as every later start has it (what finds
+			// the agent by its command line sees the same).
+			_ = unix.Exec(target, append([]string{target}, args[2:]...), os.Environ())
+		}
 		return RunMode(args[2:], build)
 	case len(args) == 1 && args[0] == "features":
 		os.Stdout.WriteString(wire.AgentFeatures + "\n")
@@ -111,10 +117,12 @@ func useEngine(why string) int {
 // ever runs the agent's file while it is being written. Nothing is said
 // on failure (the agent's stderr is the engine's before its hello): the
 // binary then runs from where it is, and the next start installs again.
-func installAs(name string) {
+// It returns where the binary now is.
+func installAs(name string) (string, bool) {
 	self, err := os.Executable()
 	if err != nil || name != filepath.Base(name) || !strings.HasPrefix(filepath.Base(self), name+".new-") {
-		return
+		return "", false
 	}
-	_ = os.Rename(self, filepath.Join(filepath.Dir(self), name))
+	target := filepath.Join(filepath.Dir(self), name)
+	return target, os.Rename(self, target) == nil
 }
