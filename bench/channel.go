@@ -535,3 +535,30 @@ func smallCopies(ctx context.Context, e *engine, rawName string, rawCp func(src,
 	}
 	return rows
 }
+
+// gvisorRows measure a sandbox under gVisor (oci_runtime, the runtime
+// scripts/engines.sh registers: HSBX_IT_GVISOR_DOCKER, _PODMAN): a warm
+// exec through the exec channel against the raw exec into the same
+// gVisor sandbox, and a cold `up` against a raw `run` of the same
+// arguments. None when the engine has no gVisor here.
+func gvisorRows(ctx context.Context, e *engine) []row {
+	name := os.Getenv("HSBX_IT_GVISOR_" + strings.ToUpper(e.name))
+	if name == "" {
+		return nil
+	}
+	g := *e
+	g.env = append(append([]string{}, e.env...), "HSBX_OCI_RUNTIME="+name)
+	id := strings.TrimSpace(string(must(ctx, g.env, g.hsbx("up", "--task", "gvwarm")...).Stdout))
+	must(ctx, g.env, g.hsbx("exec", "--task", "gvwarm", "--", "true")...)
+	channelUp(ctx, &g, "gvwarm")
+	h, b := pair(ctx, &g, *runs,
+		func() time.Duration {
+			return must(ctx, g.env, g.hsbx("exec", "--task", "gvwarm", "--", "true")...).Elapsed
+		},
+		func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", id, "true").Elapsed })
+	warm := ratioRow("gVisor: warm `exec -- true` through the exec channel vs `"+e.name+" exec ID true`, both into the same gVisor sandbox", h, b, 0.10, "")
+	cold := coldUp(ctx, &g)
+	cold.what = "gVisor: " + cold.what + " (`--runtime " + name + "` in both)"
+	must(ctx, g.env, g.hsbx("down", "--task", "gvwarm")...)
+	return []row{warm, cold}
+}

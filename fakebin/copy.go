@@ -38,9 +38,11 @@ func (f *fake) cp(args []string) int {
 		ref = dstRef
 	}
 	var id string
+	ownKernel := false
 	if err := f.st.view(func(st *State) error {
 		if c := st.find(ref); c != nil {
 			id = c.ID
+			ownKernel = c.State == "running" && runtimeOf(c) != "runc"
 		}
 		return nil
 	}); err != nil {
@@ -49,6 +51,20 @@ func (f *fake) cp(args []string) int {
 	if id == "" {
 		f.notFound(ref)
 		return f.notFoundCode()
+	}
+	if dstIn && ownKernel {
+		// The fake's runtimes but runc behave as gVisor did under the real
+		// engines (measured): the engine writes the host's view of the
+		// sandbox's files, which its processes do not see. docker's cp
+		// succeeds and nothing shows inside; podman's fails.
+		if f.dialect == "podman" {
+			fmt.Fprintf(f.stderr, "Error: 2 errors occurred:\n\t* copying to container: copier: put: error creating %q: copier: put: error opening file %q for writing: open %s: read-only file system\n\t* io: read/write on closed pipe\n", dstPath, dstPath, dstPath)
+			return 125
+		}
+		if args[0] == "-" {
+			_, _ = io.Copy(io.Discard, f.stdin)
+		}
+		return 0
 	}
 	if f.env["FAKEENGINE_CP_FAIL"] != "" {
 		fmt.Fprintf(f.stderr, "Error: %s\n", f.env["FAKEENGINE_CP_FAIL"])

@@ -61,6 +61,7 @@ func TestGVisorEveryEngine(t *testing.T) {
 			t.Fatalf("the engine says it runs under %q (%v), want %q", cs[0].OCIRuntime, err, spec.OCIRuntime)
 		}
 		var out bytes.Buffer
+		e.log.reset()
 		if !e.tg.Fake {
 			// gVisor's kernel says it is Linux 4.4.0, whatever the host's.
 			if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"uname", "-r"}, Stdout: &out}); err != nil || code != 0 || strings.TrimSpace(out.String()) != "4.4.0" {
@@ -73,6 +74,12 @@ func TestGVisorEveryEngine(t *testing.T) {
 		}
 		if got := sb.ChannelStatus(res.ID); got != "up" {
 			t.Fatalf("the exec channel under gVisor is %q", got)
+		}
+		// podman's cp cannot write into a gVisor sandbox (nor docker's
+		// where gVisor sees it, in the fake): the agent went in from inside.
+		fromInside := slices.ContainsFunc(e.log.all(), func(c string) bool { return strings.Contains(c, " tar -x -f - -C /") })
+		if (e.tg.Fake || e.tg.Dialect() == runtime.Podman) && !fromInside {
+			t.Errorf("the agent was not written from inside the sandbox:\n%s", strings.Join(e.log.all(), "\n"))
 		}
 		e.log.reset()
 		out.Reset()
