@@ -242,6 +242,11 @@ type Capabilities struct {
 	// Pulls: hsbx pulls a missing image itself (Pull) before it creates;
 	// without, the engine's nodes pull what they need.
 	Pulls bool
+	// ListsOCIRuntimes: OCIRuntimes names every runtime the engine takes
+	// (docker, a cluster's RuntimeClasses), so a name it lacks can be
+	// refused before a create; podman also takes paths and judges them
+	// when it creates (refusing with nothing made).
+	ListsOCIRuntimes bool
 	// CopyRunsInside: the engine's copy runs inside the sandbox (kubectl's
 	// tar through exec), so it sees what the sandbox's processes see under
 	// any OCI runtime; docker's and podman's write the host's view of its

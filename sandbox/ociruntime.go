@@ -58,11 +58,12 @@ func (e *OCIRuntimeError) Hint() string {
 
 // checkOCIRuntime refuses, before anything is made, a runtime the engine
 // says it does not have. An engine that cannot list all it accepts
-// (podman) judges the name itself when it creates. A name among those
-// info named (known, cached with the host's facts) costs no call; any
-// other is asked about afresh (it may have been registered since).
+// (podman) judges the name itself when it creates, so it is not asked. A
+// name among those info named (known, cached with the host's facts)
+// costs no call; any other is asked about afresh (it may have been
+// registered since).
 func (s *Sandbox) checkOCIRuntime(ctx context.Context, name string, known runtime.OCIRuntimes) error {
-	if name == "" || known.Has(name) {
+	if name == "" || !s.rt().Capabilities().ListsOCIRuntimes || known.Has(name) {
 		return nil
 	}
 	have, err := s.rt().OCIRuntimes(ctx)

@@ -57,11 +57,16 @@ mv -f "$gvisor.new" "$gvisor"
 chmod 0755 "$dir/gvisor"
 
 # --- Docker Engine: a private dockerd on its own socket ----------------------
+# With its default bridge (docker0), so a sandbox with network = true has a
+# real interface and reaches the host's services (a test that network =
+# false reaches nothing proves nothing otherwise); --iptables=false: no NAT,
+# nothing is forwarded off this machine.
 sock="$dir/docker.sock"
 export DOCKER_HOST="unix://$sock"
 dockercli=/usr/bin/docker
-if "$dockercli" version >/dev/null 2>&1 && ! "$dockercli" info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then
-  say "restarting dockerd: it runs without the runtime runsc"
+if "$dockercli" version >/dev/null 2>&1 && { ! "$dockercli" info --format '{{json .Runtimes}}' | grep -q '"runsc"' ||
+  ! "$dockercli" network inspect bridge >/dev/null 2>&1; }; then
+  say "restarting dockerd: it runs without the runtime runsc or without its bridge network"
   bash "$0" --stop "$dir"
 fi
 if ! "$dockercli" version >/dev/null 2>&1; then
@@ -69,7 +74,7 @@ if ! "$dockercli" version >/dev/null 2>&1; then
   mkdir -p "$dir/docker-data" "$dir/docker-exec"
   nohup setsid dockerd --host "$DOCKER_HOST" --data-root "$dir/docker-data" \
     --exec-root "$dir/docker-exec" --pidfile "$dir/dockerd.pid" \
-    --iptables=false --bridge=none --add-runtime "runsc=$gvisor" >"$dir/dockerd.log" 2>&1 </dev/null &
+    --iptables=false --add-runtime "runsc=$gvisor" >"$dir/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 100); do
     "$dockercli" version >/dev/null 2>&1 && break
     sleep 0.2

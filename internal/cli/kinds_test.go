@@ -27,6 +27,9 @@ func TestErrorKindsAndHints(t *testing.T) {
 		{&usageError{err: errors.New("--task: empty")}, "usage", ExitUsage},
 		{fmt.Errorf("%w: x", sandbox.ErrNoSandbox), "no_sandbox", ExitError},
 		{fmt.Errorf("%w: x", runtime.ErrUnreachable), "engine_unreachable", ExitEngine},
+		{&sandbox.OCIRuntimeError{Runtime: "runsc", Dialect: runtime.Docker, Err: runtime.ErrNoOCIRuntime}, "no_oci_runtime", ExitUsage},
+		{&sandbox.OCIRuntimeError{Runtime: "runsc", Dialect: runtime.Podman, Err: fmt.Errorf("%w: cannot run with network enabled in root network namespace", runtime.ErrEngine)}, "engine", ExitEngine},
+		{&sandbox.IsolationError{Name: "n", ID: "i", Want: "runsc", Task: "t"}, "isolation", ExitError},
 		{errors.New("something else"), "error", ExitError},
 	} {
 		kind, code := classify(context.Background(), tc.err)

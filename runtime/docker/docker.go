@@ -209,9 +209,10 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 func (Dialect) StaleExecSessions() bool { return false }
 
 // Capabilities implements enginecli.Dialect: docker's cp writes beneath a
-// running container's tmpfs mounts, not into them.
+// running container's tmpfs mounts, not into them; info lists every
+// runtime the daemon has registered.
 func (Dialect) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{StopKeeps: true, HostDirs: true, Pulls: true}
+	return runtime.Capabilities{StopKeeps: true, HostDirs: true, Pulls: true, ListsOCIRuntimes: true}
 }
 
 // RunGrace implements enginecli.Dialect: the daemon carries out a run

@@ -66,7 +66,7 @@ func (r *Runtime) CallTimeout() time.Duration { return r.timeout }
 // (tar in the Pod) reaches its memory-backed mounts, and an exec's
 // environment values ride on its stdin. What a Pod lacks is in Lacks.
 func (r *Runtime) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{CopyReachesMemoryMounts: true, CopyRunsInside: true, ExecEnvInBand: true, Lacks: map[runtime.Feature]string{
+	return runtime.Capabilities{CopyReachesMemoryMounts: true, CopyRunsInside: true, ListsOCIRuntimes: true, ExecEnvInBand: true, Lacks: map[runtime.Feature]string{
 		runtime.NoNetwork: "an air-gapped Pod needs a NetworkPolicy that the cluster's CNI enforces, which the kubectl runtime does not create or check yet; it will not make a Pod that looks air-gapped but is not",
 		runtime.PidsLimit: "Kubernetes sets the pids limit per node (the kubelet's podPidsLimit), not per Pod",
 		runtime.DiskQuota: "the kubectl runtime does not set ephemeral-storage limits yet",
