@@ -40,8 +40,11 @@ func (e *OCIRuntimeError) Unwrap() error { return e.Err }
 // Hint says what to do, in the engine's terms.
 func (e *OCIRuntimeError) Hint() string {
 	if !errors.Is(e.Err, runtime.ErrNoOCIRuntime) {
-		if strings.Contains(e.Err.Error(), "root network namespace") {
+		switch msg := e.Err.Error(); {
+		case strings.Contains(msg, "root network namespace"):
 			return "this runsc misreads the sandbox's network namespace on this kernel (gVisor before 2023 on Linux 6.x): register it with the runtime argument --network=host, which uses the namespace the engine made, or --network=none (docs/containment.md)"
+		case strings.Contains(msg, "cannot set up cgroup") && e.Dialect == runtime.Podman:
+			return "rootless, gVisor cannot make cgroups on a cgroups v1 host: run runsc with --ignore-cgroups (a wrapper script given as oci_runtime's path; docs/containment.md), or use a rootful engine"
 		}
 		return "the engine's message above is the runtime's; `hsbx doctor` lists the engine's runtimes, and oci_runtime = \"\" uses its default"
 	}

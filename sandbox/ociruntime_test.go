@@ -209,3 +209,26 @@ func TestOCIRuntimeRefusedBeforeAnythingIsMade(t *testing.T) {
 		}
 	})
 }
+
+// What a runtime's start failure says to do, for the failures of gVisor
+// measured here (the engines' words, from their stderr).
+func TestOCIRuntimeErrorHints(t *testing.T) {
+	for _, tc := range []struct {
+		dialect runtime.Dialect
+		msg     string
+		want    string
+	}{
+		{runtime.Docker, `docker: Error response from daemon: OCI runtime start failed: starting container: setting up network: creating interfaces from net namespace "/proc/27732/ns/net": cannot run with network enabled in root network namespace: unknown`, "--network=host"},
+		{runtime.Podman, `Error: /usr/bin/runsc: creating container: cannot set up cgroup for root: configuring cgroup: mkdir /sys/fs/cgroup/cpuacct/1fa7: permission denied: OCI permission denied`, "--ignore-cgroups"},
+		{runtime.Docker, "something else", "oci_runtime = \"\""},
+	} {
+		e := &sandbox.OCIRuntimeError{Runtime: "runsc", Dialect: tc.dialect, Err: errors.New(tc.msg)}
+		if h := e.Hint(); !strings.Contains(h, tc.want) {
+			t.Errorf("%s: hint %q, want it to name %q", tc.msg, h, tc.want)
+		}
+	}
+	missing := &sandbox.OCIRuntimeError{Runtime: "gvisor", Dialect: runtime.Kubectl, Err: runtime.ErrNoOCIRuntime}
+	if !strings.Contains(missing.Error(), `the cluster has no RuntimeClass "gvisor"`) || !strings.Contains(missing.Hint(), "kubectl get runtimeclasses") {
+		t.Errorf("kubectl: %q / %q", missing.Error(), missing.Hint())
+	}
+}
