@@ -33,7 +33,7 @@ die() { say "error: $*"; exit 1; }
 
 need_pkgs=()
 # zsh: not an engine, but the shell the completion tests load hsbx's code in.
-for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static zsh runsc; do
+for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static zsh runsc iproute2; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -57,16 +57,23 @@ mv -f "$gvisor.new" "$gvisor"
 chmod 0755 "$dir/gvisor"
 
 # --- Docker Engine: a private dockerd on its own socket ----------------------
-# With its default bridge (docker0), so a sandbox with network = true has a
-# real interface and reaches the host's services (a test that network =
-# false reaches nothing proves nothing otherwise); --iptables=false: no NAT,
-# nothing is forwarded off this machine.
+# With a bridge of its own (hsbxdock0, made here), so a sandbox with network
+# = true has a real interface and reaches the host's services (a test that
+# network = false reaches nothing proves nothing otherwise). Not docker0: a
+# dockerd started with --bridge=none (the live-restore test's) deletes
+# docker0. --iptables=false: no NAT, nothing is forwarded off this machine.
 sock="$dir/docker.sock"
 export DOCKER_HOST="unix://$sock"
 dockercli=/usr/bin/docker
+bridge=hsbxdock0
+if ! ip link show "$bridge" >/dev/null 2>&1; then
+  ip link add "$bridge" type bridge
+  ip addr add 172.31.0.1/16 dev "$bridge"
+fi
+ip link set "$bridge" up
 if "$dockercli" version >/dev/null 2>&1 && { ! "$dockercli" info --format '{{json .Runtimes}}' | grep -q '"runsc"' ||
-  ! "$dockercli" network inspect bridge >/dev/null 2>&1; }; then
-  say "restarting dockerd: it runs without the runtime runsc or without its bridge network"
+  [ "$("$dockercli" network inspect bridge --format '{{index .Options "com.docker.network.bridge.name"}}' 2>/dev/null)" != "$bridge" ]; }; then
+  say "restarting dockerd: it runs without the runtime runsc or without its bridge $bridge"
   bash "$0" --stop "$dir"
 fi
 if ! "$dockercli" version >/dev/null 2>&1; then
@@ -74,7 +81,7 @@ if ! "$dockercli" version >/dev/null 2>&1; then
   mkdir -p "$dir/docker-data" "$dir/docker-exec"
   nohup setsid dockerd --host "$DOCKER_HOST" --data-root "$dir/docker-data" \
     --exec-root "$dir/docker-exec" --pidfile "$dir/dockerd.pid" \
-    --iptables=false --add-runtime "runsc=$gvisor" >"$dir/dockerd.log" 2>&1 </dev/null &
+    --iptables=false --bridge="$bridge" --add-runtime "runsc=$gvisor" >"$dir/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 100); do
     "$dockercli" version >/dev/null 2>&1 && break
     sleep 0.2
