@@ -412,7 +412,8 @@ func holderOf(id string) (int, string) {
 func agentOf(id string) int {
 	for _, pid := range pids() {
 		args := cmdline(pid)
-		if len(args) != 2 || !strings.HasPrefix(filepath.Base(args[0]), ".hsbx-agent-") || args[1] != "agent" {
+		// `AGENT agent`, or a first start's `AGENT.new-X install-as NAME agent`.
+		if len(args) < 2 || !strings.HasPrefix(filepath.Base(args[0]), ".hsbx-agent-") || args[len(args)-1] != "agent" {
 			continue
 		}
 		if cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); bytes.Contains(cg, []byte(id)) {

@@ -204,7 +204,7 @@ func TestChannelSurvivesTheAgentDying(t *testing.T) {
 // how many agents it found (none found would prove nothing).
 const forgeScript = `n=0 a=0
 for p in /proc/[0-9]*; do
-  tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q '^/.hsbx-agent-[0-9a-f]* agent' || continue
+  tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -qE '^/.hsbx-agent-[0-9a-f]*(\.new-[0-9a-f]* install-as [^ ]*)? agent' || continue
   a=$((a+1))
   for s in 1 2 3 4 5 6 7; do
     printf "\010\000\000\000\00$s\000\000\000\013{\"code\":42}" 2>/dev/null > "$p/fd/1" && n=$((n+1))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/wire"
-	"golang.org/x/sys/unix"
 )
 
 // RunMode runs the mode of the agent binary that args (os.Args[1:]) name,
@@ -43,12 +42,11 @@ func RunMode(args []string, build string) (code int, ok bool) {
 	}
 	switch {
 	case len(args) >= 3 && args[0] == "install-as":
-		if target, ok := installAs(args[1]); ok {
-			// Run as if started from there: the mode alone on the
-			// command line, as every later start has it (what finds
-			// the agent by its command line sees the same).
-			_ = unix.Exec(target, append([]string{target}, args[2:]...), os.Environ())
-		}
+		// Not exec'd again from the new path: an agent that re-execs
+		// itself outlived its ended channel on rootful podman (the drift
+		// test's replacement found its exec still running). Its command
+		// line keeps the install-as words for its life.
+		installAs(args[1])
 		return RunMode(args[2:], build)
 	case len(args) == 1 && args[0] == "features":
 		os.Stdout.WriteString(wire.AgentFeatures + "\n")
@@ -117,12 +115,10 @@ func useEngine(why string) int {
 // ever runs the agent's file while it is being written. Nothing is said
 // on failure (the agent's stderr is the engine's before its hello): the
 // binary then runs from where it is, and the next start installs again.
-// It returns where the binary now is.
-func installAs(name string) (string, bool) {
+func installAs(name string) {
 	self, err := os.Executable()
 	if err != nil || name != filepath.Base(name) || !strings.HasPrefix(filepath.Base(self), name+".new-") {
-		return "", false
+		return
 	}
-	target := filepath.Join(filepath.Dir(self), name)
-	return target, os.Rename(self, target) == nil
+	_ = os.Rename(self, filepath.Join(filepath.Dir(self), name))
 }
