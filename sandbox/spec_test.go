@@ -105,6 +105,12 @@ func TestBuildRun(t *testing.T) {
 		{name: "client var unchanged is fine", spec: mod(func(s *Spec) { s.ForwardEnv = []string{"PATH"} }), host: rootful},
 		{name: "relative cwd", spec: mod(func(s *Spec) { s.Cwd = "x" }), host: rootful, errField: "cwd"},
 		{name: "bad shm", spec: mod(func(s *Spec) { s.ShmSize = "lots" }), host: rootful, errField: "shm_size"},
+		{name: "oci_runtime passed", spec: mod(func(s *Spec) { s.OCIRuntime = "runsc" }), host: rootful, want: []string{"--runtime runsc "}},
+		{name: "oci_runtime as a path", spec: mod(func(s *Spec) { s.OCIRuntime = "/usr/bin/runsc" }), host: rootful, want: []string{"--runtime /usr/bin/runsc "}},
+		{name: "oci_runtime with a control character", spec: mod(func(s *Spec) { s.OCIRuntime = "runsc\x1b[2J" }), host: rootful, errField: "oci_runtime"},
+		{name: "oci_runtime with a space", spec: mod(func(s *Spec) { s.OCIRuntime = "run sc" }), host: rootful, errField: "oci_runtime"},
+		{name: "oci_runtime that reads as a flag", spec: mod(func(s *Spec) { s.OCIRuntime = "--privileged" }), host: rootful, errField: "oci_runtime"},
+		{name: "oci_runtime and extra_args --runtime", spec: mod(func(s *Spec) { s.OCIRuntime = "runsc"; s.ExtraArgs = []string{"--runtime=runc"} }), host: rootful, errField: "oci_runtime"},
 		// What the engine lacks (Capabilities.Lacks, no HostDirs): a default
 		// is left off with a warning, a user's choice is refused.
 		{name: "lacking pids limit drops the default", spec: mod(func(s *Spec) { s.Persistent = false }), host: pod,
