@@ -136,26 +136,16 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 		return nil, err
 	}
 	a.Log.Debug("agent not running; installing it", "path", path, "error", err)
-	run, ierr := install(ctx, a, path, bin)
-	if ierr == nil {
+	ierr, err := installAndRun(ctx, a, path, bin, func(run []string) (err error) {
 		conn, err = start(ctx, a, append(run, "agent"))
-	}
-	if (ierr != nil || err != nil && !passing(err)) && !passing(ierr) && ctx.Err() == nil {
-		// The engine's cp could not write it (podman's, under gVisor: a
-		// read-only view of the root), or what it wrote is not what the
-		// sandbox sees: write it from inside.
-		a.Log.Debug("the engine's cp could not install the agent; writing it from inside the sandbox", "cp", ierr, "start", err)
-		if run, ierr = installInside(ctx, a, path, bin); ierr == nil {
-			conn, err = start(ctx, a, append(run, "agent"))
-		}
-	}
-	if ierr != nil {
+		return err
+	})
+	switch {
+	case ierr != nil:
 		return nil, ierr
-	}
-	if err != nil {
-		if passing(err) {
-			return nil, err
-		}
+	case err != nil && passing(err):
+		return nil, err
+	case err != nil:
 		return nil, &UnavailableError{Reason: err.Error()}
 	}
 	return conn, nil
@@ -193,25 +183,41 @@ func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
 	if passing(err) || ctx.Err() != nil {
 		return 0, err
 	}
-	agent, ierr := install(ctx, a, path, bin)
-	if ierr == nil {
+	ierr, err := installAndRun(ctx, a, path, bin, func(agent []string) (err error) {
 		n, code, err = run(agent)
-	}
-	if (ierr != nil || (err != nil || code != 0) && !passing(err)) && !passing(ierr) && ctx.Err() == nil {
-		if agent, ierr = installInside(ctx, a, path, bin); ierr == nil { // see Open
-			n, code, err = run(agent)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("the agent's kill exited %d", code)
 		}
-	}
+		return err
+	})
 	if ierr != nil {
 		return 0, ierr
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return 0, err
-	case code != 0:
-		return 0, fmt.Errorf("the agent's kill exited %d", code)
 	}
 	return n, nil
+}
+
+// installAndRun installs the agent with the engine's cp and runs it
+// (use); when cp could not write it (podman's, under gVisor: a read-only
+// view of the root), or what it wrote does not run (not what the sandbox
+// sees), it writes the agent from inside and runs it again. ierr is the
+// install's failure, err use's.
+func installAndRun(ctx context.Context, a Agent, path string, bin []byte, use func(run []string) error) (ierr, err error) {
+	run, ierr := install(ctx, a, path, bin)
+	if ierr == nil {
+		err = use(run)
+	}
+	if (ierr != nil || err != nil && !passing(err)) && !passing(ierr) && ctx.Err() == nil {
+		if a.Log != nil {
+			a.Log.Debug("the engine's cp could not install the agent; writing it from inside the sandbox", "cp", ierr, "run", err)
+		}
+		if run, ierr = installInside(ctx, a, path, bin); ierr == nil {
+			err = use(run)
+		}
+	}
+	return ierr, err
 }
 
 // passing says err is about the sandbox's state or the engine right now
