@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,18 +85,21 @@ type KubernetesSettings struct {
 
 // SandboxSettings are the [sandbox] table: how a sandbox is made.
 type SandboxSettings struct {
-	Image                  Setting[string]
-	Cwd                    Setting[string]
-	Volumes                Setting[[]string]
-	Env                    Setting[map[string]string]
-	ForwardEnv             Setting[[]string]
-	ExtraArgs              Setting[[]string]
-	CPU                    Setting[float64]
-	Memory                 Setting[int64]
-	Disk                   Setting[int64]
-	PidsLimit              Setting[int64]
-	ShmSize                Setting[string]
-	Network                Setting[bool]
+	Image      Setting[string]
+	Cwd        Setting[string]
+	Volumes    Setting[[]string]
+	Env        Setting[map[string]string]
+	ForwardEnv Setting[[]string]
+	ExtraArgs  Setting[[]string]
+	CPU        Setting[float64]
+	Memory     Setting[int64]
+	Disk       Setting[int64]
+	PidsLimit  Setting[int64]
+	ShmSize    Setting[string]
+	// Network is on, off or allow (true and false read as on and off);
+	// EgressAllow is allow's list.
+	Network                Setting[string]
+	EgressAllow            Setting[[]string]
 	OCIRuntime             Setting[string]
 	SharedContainerKey     Setting[string]
 	SandboxDir             Setting[string]
@@ -164,7 +168,8 @@ func Defaults() Settings {
 			ForwardEnv: Setting[[]string]{[]string{}, "default"}, ExtraArgs: Setting[[]string]{[]string{}, "default"},
 			CPU: Setting[float64]{d.CPU, "default"}, Memory: Setting[int64]{d.MemoryMB, "default"},
 			Disk: Setting[int64]{d.DiskMB, "default"}, PidsLimit: Setting[int64]{d.PidsLimit, "default"},
-			ShmSize: Setting[string]{d.ShmSize, "default"}, Network: Setting[bool]{d.Network, "default"},
+			ShmSize: Setting[string]{d.ShmSize, "default"}, Network: Setting[string]{NetworkOn, "default"},
+			EgressAllow:        Setting[[]string]{[]string{}, "default"},
 			SharedContainerKey: Setting[string]{"", "default"}, SandboxDir: Setting[string]{d.SandboxDir, "default"},
 			SnapCompat: Setting[bool]{d.SnapCompat, "default"}, RunAsHostUser: Setting[bool]{d.RunAsHostUser, "default"},
 			MountCwdToWorkspace: Setting[bool]{d.MountCwdToWorkspace, "default"}, Persistent: Setting[bool]{d.Persistent, "default"},
@@ -190,6 +195,8 @@ type field struct {
 	enum []string // allowed values (strings only)
 	// paths: the environment value is a colon-separated list (not JSON)
 	paths bool
+	// network: on, off or allow, and the booleans Hermes writes
+	network bool
 }
 
 func (s *Settings) fields() []field {
@@ -220,7 +227,8 @@ func (s *Settings) fields() []field {
 		{key: "sandbox.disk", env: []string{"TERMINAL_CONTAINER_DISK"}, ptr: &sb.Disk},
 		{key: "sandbox.pids_limit", ptr: &sb.PidsLimit},
 		{key: "sandbox.shm_size", env: []string{"TERMINAL_DOCKER_SHM_SIZE"}, ptr: &sb.ShmSize},
-		{key: "sandbox.network", env: []string{"TERMINAL_DOCKER_NETWORK"}, ptr: &sb.Network},
+		{key: "sandbox.network", env: []string{"TERMINAL_DOCKER_NETWORK", "HSBX_NETWORK"}, flag: "--network", ptr: &sb.Network, network: true},
+		{key: "sandbox.egress_allow", env: []string{"HSBX_EGRESS_ALLOW"}, flag: "--egress-allow", ptr: &sb.EgressAllow},
 		{key: "sandbox.oci_runtime", env: []string{"HSBX_OCI_RUNTIME"}, flag: "--oci-runtime", ptr: &sb.OCIRuntime},
 		{key: "sandbox.shared_container_key", env: []string{"TERMINAL_DOCKER_SHARED_CONTAINER_KEY"}, ptr: &sb.SharedContainerKey},
 		{key: "sandbox.sandbox_dir", env: []string{"TERMINAL_SANDBOX_DIR"}, ptr: &sb.SandboxDir},
@@ -543,6 +551,9 @@ func (c *Config) Validate() error {
 			return &Error{Source: s.set.Source, Key: s.key, Msg: fmt.Sprintf("%q is not valid UTF-8; name it in UTF-8 text", s.set.Value)}
 		}
 	}
+	if n := c.Sandbox.EgressAllow; len(n.Value) > 0 && c.Sandbox.Network.Value != NetworkAllow {
+		return &Error{Source: n.Source, Key: "sandbox.egress_allow", Msg: fmt.Sprintf("an allow-list is set, but network is %s (%s), which does not apply it; set network = allow to enforce it, or remove egress_allow", c.Sandbox.Network.Value, c.Sandbox.Network.Source)}
+	}
 	if c.EngineTimeout.Value <= 0 {
 		return &Error{Source: c.EngineTimeout.Source, Key: "engine_timeout", Msg: "want a duration > 0"}
 	}
@@ -579,12 +590,15 @@ func (c *Config) Spec() sandbox.Spec {
 		Image: sb.Image.Value, Cwd: cwd, Volumes: sb.Volumes.Value, Env: sb.Env.Value,
 		ForwardEnv: sb.ForwardEnv.Value, ExtraArgs: sb.ExtraArgs.Value,
 		CPU: sb.CPU.Value, MemoryMB: sb.Memory.Value, DiskMB: sb.Disk.Value, PidsLimit: sb.PidsLimit.Value,
-		ShmSize: shm, Network: sb.Network.Value, OCIRuntime: sb.OCIRuntime.Value,
+		ShmSize: shm, Network: sb.Network.Value == NetworkOn, OCIRuntime: sb.OCIRuntime.Value,
 		RunAsHostUser: sb.RunAsHostUser.Value, MountCwdToWorkspace: sb.MountCwdToWorkspace.Value,
 		Persistent: sb.Persistent.Value, PersistAcrossProcesses: sb.PersistAcrossProcesses.Value,
 		SandboxDir: sb.SandboxDir.Value, SnapCompat: sb.SnapCompat.Value,
 		StorageClass: c.Kubernetes.StorageClass.Value, StorageSize: c.Kubernetes.StorageSize.Value,
 		OnDrift: sandbox.DriftPolicy(sb.OnDrift.Value), Explicit: map[string]bool{},
+	}
+	if sb.Network.Value == NetworkAllow {
+		s.Egress = &sandbox.Egress{Allow: slices.Clone(sb.EgressAllow.Value)}
 	}
 	for _, f := range c.fields() {
 		if name, ok := strings.CutPrefix(f.key, "sandbox."); ok && f.source() != "default" {

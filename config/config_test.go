@@ -40,7 +40,7 @@ func TestPrecedence(t *testing.T) {
 		{c.EngineTimeout.Value, 45 * time.Second, c.EngineTimeout.Source, "env HSBX_ENGINE_TIMEOUT"},
 		{strings.Join(c.KnownPaths.Value, ","), "/x,/y", c.KnownPaths.Source, "env HSBX_KNOWN_PATHS"},
 		{c.Sandbox.CPU.Value, 2.0, c.Sandbox.CPU.Source, "file "},
-		{c.Sandbox.Network.Value, true, c.Sandbox.Network.Source, "env TERMINAL_DOCKER_NETWORK"},
+		{c.Sandbox.Network.Value, "on", c.Sandbox.Network.Source, "env TERMINAL_DOCKER_NETWORK"},
 		{c.Sandbox.Env.Value["B"], "2", c.Sandbox.Env.Source, "env TERMINAL_DOCKER_ENV"},
 		{c.Sandbox.Timeout.Value, 5 * time.Second, c.Sandbox.Timeout.Source, "flag --timeout"},
 		{c.Reaper.Lifetime.Value, 90 * time.Second, c.Reaper.Lifetime.Source, "file "},
@@ -73,7 +73,7 @@ func TestErrors(t *testing.T) {
 		{"flag duration", "", nil, []Flag{{Key: "engine_timeout", Value: "soon", Name: "--engine-timeout"}}, "flag --engine-timeout: \"soon\": want a duration"},
 		{"zero engine timeout", "engine_timeout = 0\n", nil, nil, "engine_timeout: want a duration > 0"},
 		{"empty task", "", map[string]string{"HSBX_TASK": ""}, nil, "env HSBX_TASK: task: empty"},
-		{"wrong type", "[sandbox]\nnetwork = \"no\"\n", nil, nil, "sandbox.network: want a boolean"},
+		{"wrong type", "[sandbox]\npersistent = \"no\"\n", nil, nil, "sandbox.persistent: want a boolean"},
 		{"unknown key", "[sandbox]\nimgae = \"x\"\n", nil, nil, "unknown key (did you mean sandbox.image?)"},
 		{"json of the wrong type", "", map[string]string{"TERMINAL_DOCKER_EXTRA_ARGS": `"--gpus=all"`}, nil, "want a JSON array of strings, got a string"},
 		{"negative", "[reaper]\nlifetime = -1\n", nil, nil, "want a duration >= 0"},
@@ -89,7 +89,7 @@ func TestErrors(t *testing.T) {
 		})
 	}
 	c, err := load(t, "", map[string]string{"TERMINAL_DOCKER_NETWORK": "", "TERMINAL_SANDBOX_DIR": ""})
-	if err != nil || !c.Sandbox.Network.Value || c.Sandbox.Network.Source != "default" || c.Sandbox.SandboxDir.Source != "env TERMINAL_SANDBOX_DIR" {
+	if err != nil || c.Sandbox.Network.Value != NetworkOn || c.Sandbox.Network.Source != "default" || c.Sandbox.SandboxDir.Source != "env TERMINAL_SANDBOX_DIR" {
 		t.Errorf("empty env values: %+v %+v %v", c.Sandbox.Network, c.Sandbox.SandboxDir, err)
 	}
 }

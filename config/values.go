@@ -32,13 +32,16 @@ func (f field) value() any { return f.ptr.(anySetting).value() }
 // emptyOK: an empty environment value is a value (strings), not "unset".
 func (f field) emptyOK() bool {
 	_, ok := f.ptr.(*Setting[string])
-	return ok || f.paths
+	return ok && !f.network || f.paths
 }
 
 // want says what the field takes, for error messages.
 func (f field) want() string {
 	switch f.ptr.(type) {
 	case *Setting[string]:
+		if f.network {
+			return "on, off or allow (true/1/yes for on, false/0/no for off)"
+		}
 		if f.enum != nil {
 			return "one of " + strings.Join(f.enum, ", ")
 		}
@@ -64,6 +67,14 @@ func (f field) want() string {
 func (f field) set(raw, source string) error {
 	switch p := f.ptr.(type) {
 	case *Setting[string]:
+		if f.network {
+			v, err := parseNetwork(raw)
+			if err != nil {
+				return err
+			}
+			*p = Setting[string]{v, source}
+			return nil
+		}
 		if f.enum != nil && !slices.Contains(f.enum, raw) {
 			return fmt.Errorf("%q: want %s", raw, f.want())
 		}
@@ -124,6 +135,9 @@ func (f field) setTOML(v any, source string) error {
 	switch p := f.ptr.(type) {
 	case *Setting[string]:
 		str, ok := v.(string)
+		if b, isBool := v.(bool); isBool && f.network {
+			str, ok = strconv.FormatBool(b), true
+		}
 		if !ok {
 			return bad()
 		}
@@ -207,6 +221,29 @@ func (f field) setTOML(v any, source string) error {
 		panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
 	}
 	return nil
+}
+
+// The network setting's values.
+const (
+	NetworkOn    = "on"    // the engine's network: anything the host reaches
+	NetworkOff   = "off"   // no network interface but loopback: nothing leaves
+	NetworkAllow = "allow" // off, plus hsbx's relay to what egress_allow names
+)
+
+// parseNetwork reads the network setting: on, off, allow, or a boolean
+// (Hermes's TERMINAL_DOCKER_NETWORK) for on and off.
+func parseNetwork(raw string) (string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(raw)); v {
+	case NetworkOn, NetworkOff, NetworkAllow:
+		return v, nil
+	}
+	if b, err := parseBool(raw); err == nil {
+		if b {
+			return NetworkOn, nil
+		}
+		return NetworkOff, nil
+	}
+	return "", fmt.Errorf("%q: want on, off or allow (true/1/yes for on, false/0/no for off)", raw)
 }
 
 func parseBool(raw string) (bool, error) {

@@ -35,6 +35,10 @@ type channelState struct {
 	unavailable string    // why the agent cannot run in container unavailID (no retry there)
 	unavailID   string
 	holderTried atomic.Bool
+	// relay is the channel an allow-listed sandbox's egress relay runs on
+	// when this handle holds it (the Go package, a per-process sandbox).
+	relay   *channel.Conn
+	relayID string
 }
 
 // usesChannel says whether c may go through the channel: a TTY needs the
@@ -314,7 +318,7 @@ func (s *Sandbox) awaitHolder(ctx context.Context, target string) bool {
 		return false
 	}
 	s.ch.holderTried.Store(true)
-	s.m.c.Holders.Start(channel.HolderSpec{Socket: sock, ID: target, User: s.execUser()})
+	s.m.c.Holders.Start(channel.HolderSpec{Socket: sock, ID: target, User: s.execUser(), EgressLog: s.EgressLog()})
 	deadline := time.Now().Add(min(4*s.rt().CallTimeout(), time.Minute))
 	for time.Now().Before(deadline) {
 		if channel.Alive(sock, time.Second) {
@@ -345,7 +349,7 @@ func (s *Sandbox) afterPlainExec(target string) {
 	if s.m.c.Holders.Dir == "" || s.m.c.Holders.Start == nil || s.ephemeral || s.ch.holderTried.Swap(true) {
 		return
 	}
-	s.m.c.Holders.Start(channel.HolderSpec{Socket: s.m.holderSocket(target, s.execUser()), ID: target, User: s.execUser()})
+	s.m.c.Holders.Start(channel.HolderSpec{Socket: s.m.holderSocket(target, s.execUser()), ID: target, User: s.execUser(), EgressLog: s.EgressLog()})
 }
 
 // closeChannel ends the in-process channel (the agent kills what it runs).

@@ -129,6 +129,7 @@ func (s Spec) configSettings(uid, gid int) [][2]string {
 		{"pids_limit", strconv.FormatInt(s.PidsLimit, 10)},
 		{"shm_size", s.ShmSize},
 		{"network", b(s.Network)},
+		{"egress_allow", s.egressSetting()},
 		{"oci_runtime", s.OCIRuntime},
 		{"run_as_host_user", hostUser},
 		{"mount_cwd_to_workspace", b(s.MountCwdToWorkspace)},

@@ -29,6 +29,7 @@ func TestDriftNamesEachSetting(t *testing.T) {
 		"shm_size":                 func(s *Spec) { s.ShmSize = "64m" },
 		"network":                  func(s *Spec) { s.Network = false },
 		"oci_runtime":              func(s *Spec) { s.OCIRuntime = "runsc" },
+		"egress_allow":             func(s *Spec) { s.Egress = &Egress{Allow: []string{"example.com"}} },
 		"run_as_host_user":         func(s *Spec) { s.RunAsHostUser = true },
 		"mount_cwd_to_workspace":   func(s *Spec) { s.MountCwdToWorkspace = true },
 		"persistent":               func(s *Spec) { s.Persistent = false },

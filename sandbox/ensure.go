@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -58,12 +59,14 @@ func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container, forc
 	if s.ephemeral {
 		res, err := s.ensureEphemeral(ctx)
 		if err == nil {
+			s.keepRelay(ctx, res.ID)
 			s.m.coldStart(ctx)
 		}
 		return res, err
 	}
 	res, err := s.ensure(ctx, known)
 	if err == nil {
+		s.keepRelay(ctx, res.ID)
 		writeMarker(s.engineDir(), res.marker())
 		keystate.Touch(s.stateDir(), s.key.Hash())
 		if res.Action != Reused {
@@ -289,10 +292,20 @@ func (s *Sandbox) bringUp(ctx context.Context, c runtime.Container) (Result, boo
 // the existing one has a network (made before network = false was set, or
 // by a tool that ignored it). hsbx does not remove it: it may hold work.
 func (s *Sandbox) checkNetwork(c runtime.Container) error {
+	_, relays := c.Labels[egress.Label]
+	if !s.spec.Network && s.spec.Egress == nil && relays && c.NetworkMode == "none" {
+		// Asked for off, found allow: its relay would let out what off
+		// does not.
+		return &NetworkModeError{Name: c.Name, ID: c.ID, Mode: "allow (an egress relay)", Task: s.key.Task, Want: "off"}
+	}
 	if s.spec.Network || c.NetworkMode == "none" {
 		return nil
 	}
-	return &NetworkModeError{Name: c.Name, ID: c.ID, Mode: c.NetworkMode, Task: s.key.Task}
+	want := "off"
+	if s.spec.Egress != nil {
+		want = "allow"
+	}
+	return &NetworkModeError{Name: c.Name, ID: c.ID, Mode: c.NetworkMode, Task: s.key.Task, Want: want}
 }
 
 // NetworkModeError says network is off but the key's existing sandbox has
@@ -302,15 +315,23 @@ func (s *Sandbox) checkNetwork(c runtime.Container) error {
 type NetworkModeError struct {
 	Name, ID, Mode string
 	Task           string // the sandbox's task
+	Want           string // the network asked for: "off" ("" too) or "allow"
+}
+
+func (e *NetworkModeError) want() string {
+	if e.Want == "" {
+		return "off"
+	}
+	return e.Want
 }
 
 func (e *NetworkModeError) Error() string {
-	return fmt.Sprintf("network: network is off, but the existing sandbox %s (%.12s) has network mode %q", e.Name, e.ID, e.Mode)
+	return fmt.Sprintf("network: network is %s, but the existing sandbox %s (%.12s) has network mode %q", e.want(), e.Name, e.ID, e.Mode)
 }
 
 // Unwrap makes it a *SpecError of the setting network.
 func (e *NetworkModeError) Unwrap() error {
-	return &SpecError{Setting: "network", Msg: fmt.Sprintf("network is off, but the existing sandbox %s has network mode %q", e.Name, e.Mode)}
+	return &SpecError{Setting: "network", Msg: fmt.Sprintf("network is %s, but the existing sandbox %s has network mode %q", e.want(), e.Name, e.Mode)}
 }
 
 // Hint says how to go on, in the Go package's terms (the hsbx command
@@ -352,6 +373,9 @@ func (s *Sandbox) ensureEphemeral(ctx context.Context) (Result, error) {
 // attempt made (found by its nonce label, never by name: the name may
 // belong to another process's fresh sandbox by then).
 func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
+	if s.spec.Egress != nil && !s.m.c.Channel {
+		return "", &SpecError{"network", "network = allow relays through the exec channel, which is off here (exec_channel = false, or a host where hsbx cannot run it); set exec_channel = true, or network = off"}
+	}
 	host, err := s.m.hostFacts(ctx)
 	if err != nil {
 		return "", err
@@ -403,6 +427,9 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 			s.createdNetwork = "any"
 			if !spec.Network {
 				s.createdNetwork = "none"
+			}
+			if spec.Egress != nil {
+				s.createdNetwork = "allow"
 			}
 			return id, nil
 		}

@@ -146,6 +146,9 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 		c.tap = newStdinTap(c.Stdin) // a try through the channel may take some
 	}
 	target := s.warmTarget()
+	if target != "" && s.spec.Egress != nil && s.m.c.Holders.Dir == "" {
+		s.keepRelay(ctx, target) // the Go package's relay, if this handle has none yet
+	}
 	if target == "" || !viaAgent || s.m.c.Holders.Dir == "" {
 		s.m.beforeStart() // a holder's command is sent first (channel.Request.AfterSend)
 	}
@@ -263,7 +266,7 @@ func (s *Sandbox) warmTarget() string {
 		return s.id
 	}
 	mk, ok := readMarker(s.engineDir())
-	if !ok || (!s.spec.Network && mk.Network != "none") || s.spec.OCIRuntime != "" && !sameRuntime(s.spec.OCIRuntime, mk.OCIRuntime) {
+	if !ok || !markedPosture(s.spec, mk.Network) || s.spec.OCIRuntime != "" && !sameRuntime(s.spec.OCIRuntime, mk.OCIRuntime) {
 		return "" // never verified here, or not under the network posture or runtime asked for
 	}
 	if !s.warmDrift(mk) {

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -313,6 +314,9 @@ func (s *Sandbox) result(c runtime.Container, a Action) Result {
 	network := "any"
 	if c.NetworkMode == "none" {
 		network = "none"
+		if _, relays := c.Labels[egress.Label]; relays {
+			network = "allow"
+		}
 	}
 	return Result{ID: c.ID, Name: c.Name, Profile: s.key.Profile, Task: s.key.Task, State: c.State, Action: a, network: network,
 		config: c.Labels[LabelConfig], image: c.Image, ociRuntime: c.OCIRuntime}

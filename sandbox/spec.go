@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -36,6 +37,12 @@ type Spec struct {
 	// default. "runsc" is gVisor, a kernel of its own between the
 	// sandbox's processes and the host's (docs/containment.md).
 	OCIRuntime string
+	// Egress, when set, is the network `allow`: the sandbox gets no
+	// network interface but loopback (Network must be false), and its
+	// processes reach only what Egress.Allow names, through hsbx's relay
+	// (the proxy variables point at it; the policy is applied on the host).
+	// Nil with Network false is `off`: nothing leaves. docs/containment.md.
+	Egress *Egress
 
 	RunAsHostUser          bool
 	MountCwdToWorkspace    bool
@@ -216,6 +223,14 @@ func clientVarError(setting, k, v string, getenv func(string) (string, bool)) er
 
 // Validate checks the settings that need no engine to judge.
 func (s Spec) Validate() error {
+	if s.Egress != nil {
+		if s.Network {
+			return &SpecError{"network", "an egress allow-list is for network = allow, which has no network interface; set Network false (or Egress nil for network = on)"}
+		}
+		if _, err := egress.ParseRules(s.Egress.Allow); err != nil {
+			return &SpecError{"egress_allow", err.Error() + "; want host names (*.example.com), addresses or CIDRs, each with an optional :PORT"}
+		}
+	}
 	if strings.TrimSpace(s.Image) == "" {
 		return &SpecError{"image", "empty; set an image reference"}
 	}
@@ -535,6 +550,15 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	args = append(args, extra...)
 
 	labels := key.Labels()
+	if s.Egress != nil {
+		p := s.Egress.posture()
+		labels[egress.Label] = p.Encode()
+		labels[LabelEgress] = egressPosture(p)
+		for _, kv := range egress.ProxyEnv(p.Addr) {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v // the relay is the only way out: a user's proxy is unreachable
+		}
+	}
 	if !s.PersistAcrossProcesses {
 		labels[LabelEphemeral] = "1"
 	}

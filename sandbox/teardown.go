@@ -279,6 +279,7 @@ func (s *Sandbox) containers(ctx context.Context) ([]runtime.Container, error) {
 // signal), within a bounded time.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.closeChannel()
+	s.closeRelay()
 	s.mu.Lock()
 	ephemeral, id := s.ephemeral, s.id
 	s.mu.Unlock()

@@ -80,6 +80,7 @@ type agent struct {
 	mu      sync.Mutex
 	streams map[uint32]*stream
 	spawner spawner
+	eg      egress
 }
 
 type stream struct {
@@ -98,6 +99,8 @@ type stream struct {
 	// signalled closes on hsbx's first Signal to a session's stream.
 	signalled chan struct{}
 	sigOnce   sync.Once
+	// onSignal, for an egress stream, ends it (it has no process).
+	onSignal func()
 }
 
 // await waits for the loop to end, or for hsbx to break its promise of
@@ -170,6 +173,10 @@ func (a *agent) loop(r *wire.Reader) error {
 			}
 			if s != nil || f.Stream == 0 {
 				return fmt.Errorf("stream %d started twice", f.Stream)
+			}
+			if st.Op == wire.EgressOpListen || st.Op == wire.EgressOpConn {
+				a.startEgress(f.Stream, st)
+				continue
 			}
 			if st.Session != "" || st.Op != "" {
 				a.startSession(f.Stream, st)
@@ -425,6 +432,10 @@ func (s *stream) agentCredit(n int) error {
 // signal sends sig to the process's group and to every process carrying
 // its marker (children that left the group), counting them once.
 func (s *stream) signal(sig syscall.Signal) {
+	if s.onSignal != nil {
+		s.onSignal()
+		return
+	}
 	hit := map[int]bool{}
 	if s.proc != nil {
 		for _, pid := range groupMembers(s.proc.Pid) {

@@ -235,4 +235,7 @@ type HolderSpec struct {
 	Socket string
 	ID     string // the verified container id
 	User   string // exec --user for the agent ("" = the container's)
+	// EgressLog is the network log of an allow-listed sandbox (the
+	// holder relays for it while it runs).
+	EgressLog string
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -37,6 +38,8 @@ type HoldSpec struct {
 	Engine string        `json:"engine"`
 	Agent  string        `json:"agent"`
 	Idle   time.Duration `json:"idle"`
+	// EgressLog is where the relay of an allow-listed sandbox logs.
+	EgressLog string `json:"egress_log,omitempty"`
 }
 
 // ReadHoldSpec reads HoldVar's value.
@@ -143,6 +146,21 @@ func Hold(ctx context.Context, spec HoldSpec, o HoldOptions) error {
 	_ = os.Remove(sock + ".unavailable")
 	h := &Holder{Conn: conn, Listener: ln, Idle: spec.Idle, Log: log, Path: sock}
 	log.Info("holder: serving", "socket", spec.Name, "id", spec.ID, "agent", conn.Build())
+	// An allow-listed sandbox's relay: the holder stays while the sandbox
+	// runs (a background download needs it after every hsbx has exited).
+	if policy, ok, err := ReadEgressPolicy(ctx, rt, spec.ID); ok && err == nil {
+		h.Idle = time.Duration(math.MaxInt64) // only the sandbox's end, stop or down end it
+		log.Info("holder: relaying egress; it stays while the sandbox runs", "allow", policy.Posture.Allow)
+		rctx, stopRelay := context.WithCancel(ctx)
+		defer stopRelay()
+		go func() {
+			if err := ServeEgress(rctx, conn, policy, spec.EgressLog, log); err != nil {
+				log.Info("holder: egress relay ended", "error", err)
+			}
+		}()
+	} else if err != nil {
+		log.Info("holder: no egress relay", "error", err)
+	}
 	why := h.Serve(ctx)
 	log.Info("holder: exiting", "why", why.String())
 	clean = conn.Err() == nil || why.Orderly()

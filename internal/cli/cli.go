@@ -115,6 +115,7 @@ type grammar struct {
 	Down       DownCmd       `cmd:"" help:"Stop and remove the task's sandbox."`
 	Cp         CpCmd         `cmd:"" help:"Copy files between the host and the task's sandbox (:PATH names the sandbox side)."`
 	Ls         LsCmd         `cmd:"" help:"List sandboxes."`
+	Netlog     NetlogCmd     `cmd:"" help:"Show the network log of the task's sandbox (network = allow): each connection allowed or refused, by which rule, and the bytes each way."`
 	Reap       ReapCmd       `cmd:"" help:"Remove sandboxes that crashed or abandoned processes left behind (never running or foreign ones)."`
 	ConfigCmd  ConfigCmd     `cmd:"" name:"config" help:"Show the effective configuration and where each value comes from."`
 	Doctor     DoctorCmd     `cmd:"" help:"Check which engine hsbx would drive and whether it works."`

@@ -269,7 +269,7 @@ type built struct {
 	err  error
 }
 
-var agentBuild, hostileBuild built
+var agentBuild, hostileBuild, probeBuild built
 
 // build builds pkg statically (CGO_ENABLED=0, as `make build` does) once
 // per test process and returns its path.
@@ -299,6 +299,14 @@ func (b *built) build(t testing.TB, pkg, name string) string {
 func AgentBinary(t testing.TB) string {
 	t.Helper()
 	return agentBuild.build(t, "github.com/hsbx/hsbx/cmd/hsbx", "hsbx")
+}
+
+// NetProbeBinary is the egress tests' client for inside a sandbox
+// (testdata/netprobe): an unmodified net/http client, and the ways around
+// the proxy a hostile process would try.
+func NetProbeBinary(t testing.TB) string {
+	t.Helper()
+	return probeBuild.build(t, "github.com/hsbx/hsbx/internal/enginetest/testdata/netprobe", "netprobe")
 }
 
 // HostileAgentBinary is an agent that answers every copy out with an

@@ -113,3 +113,9 @@ func TryIdle(stateDir, keyHash string) (release func(), ok bool, err error) {
 func lockPath(stateDir, keyHash string) string {
 	return filepath.Join(Dir(stateDir, keyHash), "in-use.lock")
 }
+
+// EgressLogFile is the key's network log (network = allow): every
+// connection decision its relay made, one JSON object a line.
+func EgressLogFile(stateDir, keyHash string) string {
+	return filepath.Join(Dir(stateDir, keyHash), "egress.log")
+}

@@ -145,6 +145,31 @@ const (
 	SessionOpList  = "list"
 )
 
+// Egress relay operations (Start.Op), answered by the agent itself (not
+// a session server). Listen (Script: the loopback address, "127.0.0.1:PORT")
+// accepts connections there for as long as the stream runs and announces
+// each as a line "ID\n" on stdout; a stream that cannot listen exits 1
+// with the reason on stderr (exit 3: the address is in use). Conn (Script:
+// an announced ID) is that connection as a stream: stdin to it, its bytes
+// as stdout, stdin's end a half close; a connection nobody claims within
+// EgressClaimWait is closed.
+const (
+	EgressOpListen = "egress-listen"
+	EgressOpConn   = "egress-conn"
+)
+
+// EgressEOF is the conn stream's stderr once the sandbox's side has
+// ended its data (a half close), ahead of the exit that waits for hsbx's.
+const EgressEOF = "eof"
+
+// EgressClaimWait is how long the agent keeps an announced connection
+// for hsbx to claim.
+const EgressClaimWait = 30 * time.Second
+
+// EgressInUse is the listen stream's exit code when the address is taken
+// (another channel's agent relays for this sandbox).
+const EgressInUse = 3
+
 // SessionNote (in Exit, for a session run) says which shell ran the
 // script and what became of the one before.
 type SessionNote struct {

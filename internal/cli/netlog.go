@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hsbx/hsbx/config"
+	"github.com/hsbx/hsbx/internal/egress"
+	"github.com/hsbx/hsbx/internal/keystate"
+)
+
+// NetlogCmd shows the network log of a sandbox whose network is allow.
+type NetlogCmd struct {
+	taskFlag
+	Follow bool `short:"f" help:"Keep printing decisions as they are made, until interrupted."`
+	Last   int  `help:"Show only the last N decisions (0: all)." placeholder:"N" default:"0"`
+}
+
+func (c *NetlogCmd) settingFlags() []config.Flag { return c.flags() }
+
+// Run implements the command. It reads this host's log for the task's key
+// (the relay's decisions: time, destination, allowed or refused and by
+// which rule, bytes each way); no engine call.
+func (c *NetlogCmd) Run(ctx context.Context, app *App) error {
+	if c.Last < 0 {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("--last %d: want N >= 0", c.Last)}
+	}
+	path := keystate.EgressLogFile(app.stateDir(), app.Cfg.Key().Hash())
+	recs, err := egress.ReadLog(path)
+	if err != nil {
+		return err
+	}
+	if c.Last > 0 && len(recs) > c.Last {
+		recs = recs[len(recs)-c.Last:]
+	}
+	w := app.Env.Stdout
+	if app.G.JSON && !c.Follow {
+		if recs == nil {
+			recs = []egress.Record{}
+		}
+		b, _ := json.Marshal(recs)
+		fmt.Fprintln(w, string(b))
+		return nil
+	}
+	print := func(rs []egress.Record, header bool) {
+		if app.G.JSON { // --follow --json: one object a line
+			for _, r := range rs {
+				b, _ := json.Marshal(r)
+				fmt.Fprintln(w, string(b))
+			}
+			return
+		}
+		writeNetlog(w, rs, header)
+	}
+	print(recs, true)
+	if !c.Follow {
+		return nil
+	}
+	seen := len(recs)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+		all, err := egress.ReadLog(path)
+		if err != nil {
+			return err
+		}
+		if len(all) < seen {
+			seen = 0 // rotated twice since: start from what is there
+		}
+		if len(all) > seen {
+			print(all[seen:], false)
+			seen = len(all)
+		}
+	}
+}
+
+// writeNetlog is netlog's table. Host names come from the sandbox's
+// requests: every column is escaped.
+func writeNetlog(w io.Writer, recs []egress.Record, header bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if header {
+		fmt.Fprintln(tw, "TIME\tDECISION\tMETHOD\tDESTINATION\tRULE OR REASON\tOUT\tIN")
+	}
+	for _, r := range recs {
+		decision, why := "refused", r.Reason
+		if r.Allowed {
+			decision, why = "allowed", r.Rule
+			if r.Error != "" {
+				decision, why = "failed", r.Error
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Time.Local().Format("2006-01-02 15:04:05"), decision, safeText(r.Method),
+			safeText(net.JoinHostPort(r.Host, strconv.Itoa(r.Port))), safeText(why), r.BytesOut, r.BytesIn)
+	}
+	_ = tw.Flush()
+}
