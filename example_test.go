@@ -110,5 +110,5 @@ func ExampleLoadConfig() {
 	// Output:
 	// profile = examples (env HSBX_PROFILE)
 	// sandbox.image = busybox (env TERMINAL_DOCKER_IMAGE)
-	// sandbox.network = true (default)
+	// sandbox.network = on (default)
 }

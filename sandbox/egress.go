@@ -62,11 +62,15 @@ func (s Spec) egressSetting() string {
 
 // EgressLog is the network log of the key's sandbox on this host (in the
 // state dir): what `hsbx netlog` reads.
-func (s *Sandbox) EgressLog() string {
-	if s.stateDir() == "" {
+func (s *Sandbox) EgressLog() string { return EgressLogFile(s.stateDir(), s.key) }
+
+// EgressLogFile is key's network log under stateDir ("" without one):
+// one JSON object a line, each a decision of its relay.
+func EgressLogFile(stateDir string, key Key) string {
+	if stateDir == "" {
 		return ""
 	}
-	return keystate.EgressLogFile(s.stateDir(), s.key.Hash())
+	return keystate.EgressLogFile(stateDir, key.Hash())
 }
 
 // keepRelay makes sure a relay serves container id, an allow-listed

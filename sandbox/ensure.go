@@ -373,9 +373,6 @@ func (s *Sandbox) ensureEphemeral(ctx context.Context) (Result, error) {
 // attempt made (found by its nonce label, never by name: the name may
 // belong to another process's fresh sandbox by then).
 func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
-	if s.spec.Egress != nil && !s.m.c.Channel {
-		return "", &SpecError{"network", "network = allow relays through the exec channel, which is off here (exec_channel = false, or a host where hsbx cannot run it); set exec_channel = true, or network = off"}
-	}
 	host, err := s.m.hostFacts(ctx)
 	if err != nil {
 		return "", err
@@ -407,6 +404,9 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		rs, warnings, err := buildRun(s.key, name, spec, host, mounts, s.m.getenv)
 		if err != nil {
 			return "", err
+		}
+		if spec.Egress != nil && !s.m.c.Channel {
+			return "", &SpecError{"network", "network = allow relays through the exec channel, which is off here (exec_channel = false, or a host where hsbx cannot run it); set exec_channel = true, or network = off"}
 		}
 		for _, w := range warnings {
 			if !warned[w] {

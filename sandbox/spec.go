@@ -583,7 +583,7 @@ func lacking(s Spec, h engineHost) (warnings []string, err error) {
 		return nil
 	}
 	for _, e := range []error{
-		refuse(runtime.NoNetwork, !s.Network, "network", "set network = true, or use docker or podman"),
+		refuse(runtime.NoNetwork, !s.Network, "network", "network = off and allow both rest on that; set network = on, or use docker or podman"),
 		refuse(runtime.DiskQuota, s.DiskMB > 0, "disk", "set disk = 0"),
 		refuse(runtime.RunFlags, len(s.ExtraArgs) > 0, "extra_args", fmt.Sprintf("remove %q", s.ExtraArgs)),
 	} {

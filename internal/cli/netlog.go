@@ -12,7 +12,7 @@ import (
 
 	"github.com/hsbx/hsbx/config"
 	"github.com/hsbx/hsbx/internal/egress"
-	"github.com/hsbx/hsbx/internal/keystate"
+	"github.com/hsbx/hsbx/sandbox"
 )
 
 // NetlogCmd shows the network log of a sandbox whose network is allow.
@@ -31,7 +31,7 @@ func (c *NetlogCmd) Run(ctx context.Context, app *App) error {
 	if c.Last < 0 {
 		return &exitError{code: ExitUsage, err: fmt.Errorf("--last %d: want N >= 0", c.Last)}
 	}
-	path := keystate.EgressLogFile(app.stateDir(), app.Cfg.Key().Hash())
+	path := sandbox.EgressLogFile(app.stateDir(), app.Cfg.Key())
 	recs, err := egress.ReadLog(path)
 	if err != nil {
 		return err

@@ -175,7 +175,6 @@ func TestReadHead(t *testing.T) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-
 func FuzzParseRule(f *testing.F) {
 	for _, s := range []string{"example.com", "*.a.b:443", "10.0.0.0/8:1", "[::1]:2", "::1", "a:b:c"} {
 		f.Add(s)

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/egress"
+	"github.com/hsbx/hsbx/internal/proc"
+)
+
+// network = allow keeps working after the hsbx that made the sandbox has
+// exited, and after the holder's idle time: a process in the sandbox
+// (started by the engine itself, not by hsbx) reaches an allowed service
+// through the relay, and `hsbx netlog` shows the decision — on the real
+// engines. The holder is this test binary (TestMain).
+func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
+	for _, tg := range cliTargets(t) {
+		if tg.Fake {
+			continue // the fakes' sandboxes have the host's network: internal/channel's TestRelay*
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			host := ""
+			if as, err := net.InterfaceAddrs(); err == nil {
+				for _, a := range as {
+					if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+						host = n.IP.String()
+						break
+					}
+				}
+			}
+			if host == "" {
+				t.Skip("no IPv4 address but loopback")
+			}
+			ln, err := net.Listen("tcp4", host+":0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "reached") })}
+			go func() { _ = srv.Serve(ln) }()
+			t.Cleanup(func() { _ = srv.Close() })
+			dest := ln.Addr().String()
+
+			run := t.TempDir()
+			if err := os.Chmod(run, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			env := append(append([]string{}, tg.environ...), "XDG_RUNTIME_DIR="+run, "HSBX_EXEC_CHANNEL=true",
+				"HSBX_EXEC_CHANNEL_IDLE=1s", "HSBX_TEST_HOLDER=1", "HSBX_HOLDER_ENV=HSBX_TEST_HOLDER")
+			task := "egress-" + filepath.Base(run)
+			t.Cleanup(func() { runMain(t, env, "down", "--task", task) })
+			code, id, errOut := runMain(t, env, "up", "--task", task, "--network", "allow", "--egress-allow", dest)
+			if code != 0 {
+				t.Fatalf("up: %d %s", code, errOut)
+			}
+			id = strings.TrimSpace(id)
+			time.Sleep(3 * time.Second) // past the holder's idle time: a holder that relays stays
+			fetch := func() string {
+				res, err := (&proc.Runner{}).Run(context.Background(), proc.Cmd{Env: tg.Env, Timeout: time.Minute,
+					Argv: []string{tg.Bin, "exec", id, "sh", "-c", `printf 'GET http://%s/ HTTP/1.0\r\n\r\n' "$0" | nc 127.0.0.1 3128`, dest}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(res.Stdout)
+			}
+			var got string
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				if got = fetch(); strings.HasSuffix(got, "reached") || time.Now().After(deadline) {
+					break
+				}
+			}
+			if !strings.HasSuffix(got, "reached") {
+				t.Fatalf("a process the engine started, with no hsbx running: %q", got)
+			}
+			// Refused: an address the list does not name.
+			other := strings.Replace(dest, host, "127.0.0.1", 1)
+			if got := fetch2(t, tg.Bin, tg.Env, id, other); !strings.Contains(got, "403") {
+				t.Fatalf("refused destination: %q", got)
+			}
+			code, out, errOut := runMain(t, env, "netlog", "--task", task, "--json")
+			var recs []egress.Record
+			if code != 0 || json.Unmarshal([]byte(out), &recs) != nil {
+				t.Fatalf("netlog --json: %d %q %s", code, out, errOut)
+			}
+			allowed, refused := 0, 0
+			for _, r := range recs {
+				if r.Allowed && r.Rule == dest && r.Task == task {
+					allowed++
+				}
+				if !r.Allowed && r.Host == "127.0.0.1" {
+					refused++
+				}
+			}
+			if allowed == 0 || refused != 1 {
+				t.Fatalf("netlog: %s", out)
+			}
+			if code, out, _ := runMain(t, env, "netlog", "--task", task); code != 0 || !strings.Contains(out, "allowed") || !strings.Contains(out, "refused") {
+				t.Fatalf("netlog: %d %q", code, out)
+			}
+		})
+	}
+}
+
+func fetch2(t *testing.T, bin string, env []string, id, dest string) string {
+	t.Helper()
+	res, err := (&proc.Runner{}).Run(context.Background(), proc.Cmd{Env: env, Timeout: time.Minute,
+		Argv: []string{bin, "exec", id, "sh", "-c", `printf 'GET http://%s/ HTTP/1.0\r\n\r\n' "$0" | nc 127.0.0.1 3128`, dest}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(res.Stdout)
+}
