@@ -142,6 +142,7 @@ func main() {
 			return []string{e.bin, "cp", strings.Replace(src, ":", id+":", 1), strings.Replace(dst, ":", id+":", 1)}
 		})...)
 		rows = append(rows, gvisorRows(ctx, e)...)
+		rows = append(rows, egressRows(ctx, e)...)
 		b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
 		for _, r := range rows {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)

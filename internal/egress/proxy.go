@@ -142,6 +142,11 @@ func (p *Proxy) dial(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
 	return nd.DialContext(ctx, "tcp", a.String())
 }
 
+// copyBuf is splice's buffer each way: a relayed connection's writes
+// become the exec channel's frames one for one, and every frame costs
+// each hop a system call (wire.Chunk).
+const copyBuf = 128 << 10
+
 // splice copies both ways until both are done; a side's end of data is
 // passed on as a half close. It returns the bytes each way.
 func splice(c Conn, up net.Conn, first []byte) (out, in int64) {
@@ -160,7 +165,7 @@ func splice(c Conn, up net.Conn, first []byte) (out, in int64) {
 				return
 			}
 		}
-		m, _ := io.Copy(up, c)
+		m, _ := io.CopyBuffer(struct{ io.Writer }{up}, struct{ io.Reader }{c}, make([]byte, copyBuf))
 		sent.Store(n + m)
 		if tc, ok := up.(interface{ CloseWrite() error }); ok {
 			_ = tc.CloseWrite()
@@ -168,7 +173,7 @@ func splice(c Conn, up net.Conn, first []byte) (out, in int64) {
 			_ = up.Close()
 		}
 	}()
-	in, _ = io.Copy(c, up)
+	in, _ = io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{up}, make([]byte, copyBuf))
 	_ = c.CloseWrite()
 	wg.Wait()
 	return sent.Load(), in

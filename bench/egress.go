@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// egressSize is the download the egress rows time.
+const egressSize = 100 << 20
+
+// egressServer serves /big (egressSize bytes) and /small on an address of
+// this host a sandbox can reach (not loopback), timing each /big from its
+// request to its last byte written.
+type egressServer struct {
+	addr string
+	mu   sync.Mutex
+	last time.Duration
+}
+
+func startEgressServer() *egressServer {
+	host := ""
+	if as, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+				host = n.IP.String()
+				break
+			}
+		}
+	}
+	if host == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp4", host+":0")
+	if err != nil {
+		return nil
+	}
+	s := &egressServer{addr: ln.Addr().String()}
+	chunk := make([]byte, 1<<20)
+	go func() {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/big" {
+				_, _ = io.WriteString(w, "ok\n")
+				return
+			}
+			start := time.Now()
+			w.Header().Set("Content-Length", fmt.Sprint(egressSize))
+			for sent := 0; sent < egressSize; sent += len(chunk) {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			s.mu.Lock()
+			s.last = time.Since(start)
+			s.mu.Unlock()
+		}))
+	}()
+	return s
+}
+
+func (s *egressServer) took() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// egressRows measure network = allow against network = on: a 100 MB
+// download (as the server times it) through the relay against the same
+// download straight out of a networked sandbox, and 20 sequential small
+// requests (connection set-up) each way. None on an engine whose
+// sandboxes cannot have a network here (rootless podman).
+func egressRows(ctx context.Context, e *engine) []row {
+	if strings.Contains(e.name, "rootless") {
+		return nil
+	}
+	srv := startEgressServer()
+	if srv == nil {
+		return nil
+	}
+	on := strings.TrimSpace(string(must(ctx, e.env, e.hsbx("up", "--task", "egon", "--network", "on")...).Stdout))
+	allow := strings.TrimSpace(string(must(ctx, e.env, e.hsbx("up", "--task", "egallow", "--network", "allow", "--egress-allow", srv.addr)...).Stdout))
+	defer must(ctx, e.env, e.hsbx("down", "--task", "egon")...)
+	defer must(ctx, e.env, e.hsbx("down", "--task", "egallow")...)
+	direct := func(path string) string {
+		host, port, _ := net.SplitHostPort(srv.addr)
+		return fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\n\r\n' | nc %s %s`, path, host, port)
+	}
+	relayed := func(path string) string {
+		return fmt.Sprintf(`printf 'GET http://%s%s HTTP/1.0\r\n\r\n' | nc 127.0.0.1 3128`, srv.addr, path)
+	}
+	// The relay is up once a small request through it answers.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		out := run(ctx, os.Environ(), e.bin, "exec", allow, "sh", "-c", relayed("/small"))
+		if strings.HasSuffix(string(out.Stdout), "ok\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("%s: the egress relay never answered: %q", e.name, out.Stdout)
+		}
+	}
+	download := func(id, script string) time.Duration {
+		res := must(ctx, os.Environ(), e.bin, "exec", id, "sh", "-c", script+" | wc -c")
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); n < egressSize {
+			fail("%s: a download got %d bytes", e.name, n)
+		}
+		return srv.took()
+	}
+	n := max(*runs/4, 3)
+	h, b := pair(ctx, e, n,
+		func() time.Duration { return download(allow, relayed("/big")) },
+		func() time.Duration { return download(on, direct("/big")) })
+	rate := func(d time.Duration) string { return fmt.Sprintf("%.0f MB/s", float64(egressSize)/1e6/d.Seconds()) }
+	r := float64(b) / float64(h) // throughput ratio: higher is better
+	v := "met"
+	if r < 0.8 {
+		v = "**missed**"
+	}
+	dl := row{"egress: 100 MB download through the allow relay vs the same download with network = on (throughput, as the server times it)",
+		rate(h), rate(b), fmt.Sprintf("%.3f", r), "≥ 0.80 (throughput)", v}
+	loop := func(script string) string {
+		return "i=0; while [ $i -lt 20 ]; do " + script + " >/dev/null; i=$((i+1)); done"
+	}
+	hs, bs := pair(ctx, e, n,
+		func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", allow, "sh", "-c", loop(relayed("/small"))).Elapsed },
+		func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", on, "sh", "-c", loop(direct("/small"))).Elapsed })
+	setup := row{"egress: 20 sequential small requests (connection set-up) through the allow relay vs direct with network = on, one exec each",
+		ms(hs), ms(bs), fmt.Sprintf("%.3f", float64(hs)/float64(bs)), "—", fmt.Sprintf("%.1f ms a connection through the relay, %.1f ms direct (one exec's cost in both)", float64(hs.Microseconds())/20e3, float64(bs.Microseconds())/20e3)}
+	return []row{dl, setup}
+}
