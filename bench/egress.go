@@ -131,8 +131,12 @@ func egressRows(ctx context.Context, e *engine) []row {
 		return "i=0; while [ $i -lt 20 ]; do " + script + " >/dev/null; i=$((i+1)); done"
 	}
 	hs, bs := pair(ctx, e, n,
-		func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", allow, "sh", "-c", loop(relayed("/small"))).Elapsed },
-		func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", on, "sh", "-c", loop(direct("/small"))).Elapsed })
+		func() time.Duration {
+			return must(ctx, os.Environ(), e.bin, "exec", allow, "sh", "-c", loop(relayed("/small"))).Elapsed
+		},
+		func() time.Duration {
+			return must(ctx, os.Environ(), e.bin, "exec", on, "sh", "-c", loop(direct("/small"))).Elapsed
+		})
 	setup := row{"egress: 20 sequential small requests (connection set-up) through the allow relay vs direct with network = on, one exec each",
 		ms(hs), ms(bs), fmt.Sprintf("%.3f", float64(hs)/float64(bs)), "—", fmt.Sprintf("%.1f ms a connection through the relay, %.1f ms direct (one exec's cost in both)", float64(hs.Microseconds())/20e3, float64(bs.Microseconds())/20e3)}
 	return []row{dl, setup}

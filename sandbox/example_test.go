@@ -146,3 +146,20 @@ func ExampleSpec_ociRuntime() {
 	// Output:
 	// oci_runtime: docker has no OCI runtime "runsc" (it has: io.containerd.runc.v2, io.containerd.runtime.v1.linux, runc)
 }
+
+// A sandbox whose network is `allow`: no network interface but loopback,
+// and hsbx's relay (the proxy variables point at it) to what the list
+// names, applied on the host. Sandbox.EgressLog is where each decision is
+// written. A list entry that is not a name, address or CIDR is refused
+// before anything is made.
+func ExampleEgress() {
+	spec := sandbox.DefaultSpec()
+	spec.Network = false
+	spec.Egress = &sandbox.Egress{Allow: []string{"*.pypi.org:443", "files.pythonhosted.org:443", "10.1.2.0/24"}}
+	fmt.Println(spec.Validate())
+	spec.Egress.Allow = append(spec.Egress.Allow, "pypi.*")
+	fmt.Println(spec.Validate())
+	// Output:
+	// <nil>
+	// egress_allow: "pypi.*": a wildcard is only a leading "*."; want host names (*.example.com), addresses or CIDRs, each with an optional :PORT
+}

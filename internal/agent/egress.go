@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,11 +20,17 @@ import (
 // is announced to hsbx, which claims it as a stream of its own and applies
 // the policy on the host. The agent decides nothing: it carries bytes.
 
+// egressMax bounds the relay's connections at once (waiting to be
+// claimed, or relayed): past it a new one is closed at once, so a process
+// in the sandbox cannot make the host hold unbounded streams.
+const egressMax = 512
+
 // egress holds the connections accepted and not yet claimed.
 type egress struct {
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]*net.TCPConn
+	open    atomic.Int64 // accepted and not yet closed
 }
 
 func (e *egress) put(c *net.TCPConn) uint64 {
@@ -114,20 +121,23 @@ func (a *agent) egressListen(s *stream, addr string, done <-chan struct{}) wire.
 			return a.egressFail(s.id, 1, err)
 		}
 		tc, ok := c.(*net.TCPConn)
-		if !ok {
+		if !ok || a.eg.open.Load() >= egressMax {
 			c.Close()
 			continue
 		}
+		a.eg.open.Add(1)
 		n := a.eg.put(tc)
 		time.AfterFunc(wire.EgressClaimWait, func() {
 			if c := a.eg.take(n); c != nil {
 				c.Close()
+				a.eg.open.Add(-1)
 			}
 		})
 		line := []byte(strconv.FormatUint(n, 10) + "\n")
 		if s.out.Take(len(line)) < len(line) || a.w.Write(wire.TStdout, s.id, line) != nil {
 			if c := a.eg.take(n); c != nil {
 				c.Close()
+				a.eg.open.Add(-1)
 			}
 			return wire.Exit{}
 		}
@@ -145,6 +155,7 @@ func (a *agent) egressConn(s *stream, id string, done <-chan struct{}) wire.Exit
 	if c == nil {
 		return a.egressFail(s.id, 1, fmt.Errorf("no connection %q waits to be claimed", id))
 	}
+	defer a.eg.open.Add(-1)
 	relayed := make(chan struct{})
 	defer close(relayed)
 	go func() {

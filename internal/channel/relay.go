@@ -24,6 +24,10 @@ import (
 // here, on the host, and makes the connection. Nothing leaves the sandbox
 // any other way: it has no network interface but loopback.
 
+// relayMax bounds the connections a relay serves at once (the agent's
+// own bound is the same).
+const relayMax = 512
+
 // RelaySpec is what Relay serves.
 type RelaySpec struct {
 	Addr  string // the loopback address inside the sandbox
@@ -49,11 +53,21 @@ func Relay(ctx context.Context, c *Conn, rs RelaySpec) error {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// At most relayMax claimed at once: announcements past it (only a
+	// forged stream could send them; the agent keeps to its own bound)
+	// are dropped, and the agent closes what nobody claims.
+	slots := make(chan struct{}, relayMax)
 	for {
 		var stderr strings.Builder
 		lines := &lineWriter{fn: func(id string) {
+			select {
+			case slots <- struct{}{}:
+			default:
+				log.Info("egress relay: too many connections at once; one dropped", "max", relayMax)
+				return
+			}
 			wg.Add(1)
-			go func() { defer wg.Done(); claim(ctx, c, rs.Proxy, id, log) }()
+			go func() { defer wg.Done(); defer func() { <-slots }(); claim(ctx, c, rs.Proxy, id, log) }()
 		}}
 		res, err := c.Run(ctx, Request{Start: wire.Start{Op: wire.EgressOpListen, Script: rs.Addr}, Stdout: lines, Stderr: &limitWriter{w: &stderr, n: 4096}})
 		switch {

@@ -48,7 +48,7 @@ func (c *NetlogCmd) Run(ctx context.Context, app *App) error {
 		fmt.Fprintln(w, string(b))
 		return nil
 	}
-	print := func(rs []egress.Record, header bool) {
+	show := func(rs []egress.Record, header bool) {
 		if app.G.JSON { // --follow --json: one object a line
 			for _, r := range rs {
 				b, _ := json.Marshal(r)
@@ -58,7 +58,7 @@ func (c *NetlogCmd) Run(ctx context.Context, app *App) error {
 		}
 		writeNetlog(w, rs, header)
 	}
-	print(recs, true)
+	show(recs, true)
 	if !c.Follow {
 		return nil
 	}
@@ -77,7 +77,7 @@ func (c *NetlogCmd) Run(ctx context.Context, app *App) error {
 			seen = 0 // rotated twice since: start from what is there
 		}
 		if len(all) > seen {
-			print(all[seen:], false)
+			show(all[seen:], false)
 			seen = len(all)
 		}
 	}

@@ -82,7 +82,7 @@ func ParseRule(s string) (Rule, error) {
 	}
 	name, err := normalName(host, true)
 	if err != nil {
-		return r, fmt.Errorf("%q: %w", s, err)
+		return r, err // it names the host
 	}
 	r.Name = name
 	return r, nil
@@ -105,7 +105,7 @@ func normalName(h string, wild bool) (string, error) {
 			return "", fmt.Errorf("%q is not a host name", h)
 		}
 		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_' {
 				if c == '*' {
 					return "", fmt.Errorf("%q: a wildcard is only a leading \"*.\"", h)
 				}
