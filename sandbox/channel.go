@@ -37,8 +37,9 @@ type channelState struct {
 	holderTried atomic.Bool
 	// relay is the channel an allow-listed sandbox's egress relay runs on
 	// when this handle holds it (the Go package, a per-process sandbox).
-	relay   *channel.Conn
-	relayID string
+	relay       *channel.Conn
+	relayID     string
+	relayFailed string // the container whose relay could not start (not tried again)
 }
 
 // usesChannel says whether c may go through the channel: a TTY needs the

@@ -86,13 +86,14 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 		if channel.Alive(sock, time.Second) {
 			return
 		}
+		s.m.log.Debug("network = allow: starting the holder that relays", "id", id)
 		s.m.c.Holders.Start(channel.HolderSpec{Socket: sock, ID: id, User: s.execUser(), EgressLog: s.EgressLog()})
 		return
 	}
 	cs := &s.ch
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.relay != nil && cs.relayID == id && cs.relay.Err() == nil {
+	if cs.relay != nil && cs.relayID == id && cs.relay.Err() == nil || cs.relayFailed == id {
 		return
 	}
 	if cs.relay != nil {
@@ -101,6 +102,8 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 	}
 	conn, err := channel.Open(ctx, channel.Agent{Runtime: s.rt(), ID: id, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log})
 	if err != nil {
+		// Said once for this handle: every command would try again.
+		cs.relayFailed = id
 		s.m.c.Warn("network = allow: the relay could not start (" + err.Error() + "); nothing leaves the sandbox until it does")
 		return
 	}

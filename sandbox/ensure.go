@@ -289,7 +289,7 @@ func (s *Sandbox) bringUp(ctx context.Context, c runtime.Container) (Result, boo
 }
 
 // checkNetwork fails closed when an air-gapped sandbox is asked for and
-// the existing one has a network (made before network = false was set, or
+// the existing one has a network (made before network = off was set, or
 // by a tool that ignored it). hsbx does not remove it: it may hold work.
 func (s *Sandbox) checkNetwork(c runtime.Container) error {
 	_, relays := c.Labels[egress.Label]
@@ -337,7 +337,7 @@ func (e *NetworkModeError) Unwrap() error {
 // Hint says how to go on, in the Go package's terms (the hsbx command
 // gives its own).
 func (e *NetworkModeError) Hint() string {
-	return "Sandbox.Recreate replaces it with an air-gapped one (Sandbox.Down removes it), or set Spec.Network"
+	return "Sandbox.Recreate replaces it with one whose network is " + e.want() + " (Sandbox.Down removes it), or set Spec.Network and Spec.Egress to what it has"
 }
 
 // backoff grows from ~50ms to ~1s, jittered so racing processes spread out.

@@ -509,7 +509,7 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 		case !set:
 			args = append(args, "--network", "none")
 		case mode != "none":
-			return runtime.RunSpec{}, nil, &SpecError{"network", fmt.Sprintf("network is off (air-gapped), but extra_args asks for --network %s; remove that from extra_args, or set network = true", mode)}
+			return runtime.RunSpec{}, nil, &SpecError{"network", fmt.Sprintf("network is off (air-gapped), but extra_args asks for --network %s; remove that from extra_args, or set network = on", mode)}
 		} // extra_args already says --network none (the engine refuses two)
 	}
 	if s.DiskMB > 0 {

@@ -229,7 +229,11 @@ func holderFileBase(name string) (string, bool) {
 // else (a command's secrets stay out of a process that lives on).
 var holderEnvKeep = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "SSH_AUTH_SOCK",
 	"DBUS_SESSION_BUS_ADDRESS", "REGISTRY_AUTH_FILE", "KUBECONFIG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-	"http_proxy", "https_proxy", "no_proxy"}
+	"http_proxy", "https_proxy", "no_proxy",
+	// The network setting's Hermes name: with HSBX_EGRESS_ALLOW (kept as
+	// hsbx's own) and without it, the holder's configuration would not
+	// load ("an allow-list is set, but network is on").
+	"TERMINAL_DOCKER_NETWORK"}
 
 // holderEnvPrefixes keep whole families: the engines' and hsbx's own.
 var holderEnvPrefixes = []string{"LC_", "XDG_", "DOCKER_", "CONTAINER_", "CONTAINERS_", "_CONTAINERS_", "HSBX_"}

@@ -541,7 +541,7 @@ func cliHint(err error) string {
 	case errors.As(err, &be):
 		return "try again when the command has ended (`hsbx ls` shows the sandbox), or `hsbx down` removes it whatever runs in it"
 	case errors.As(err, &ne):
-		return fmt.Sprintf("`hsbx up --recreate --task %s` replaces it with an air-gapped one (`hsbx down --task %s` removes it), or set network = true", ne.Task, ne.Task)
+		return fmt.Sprintf("`hsbx up --recreate --task %s` replaces it with one whose network is %s (`hsbx down --task %s` removes it), or set network to what it has", ne.Task, networkWanted(ne), ne.Task)
 	case errors.As(err, &ie):
 		return fmt.Sprintf("%s replaces it with one under %s (%s removes it), or set oci_runtime to what it runs under", cliRemedy(sandbox.RemedyRecreate, sandbox.Key{Task: ie.Task}), ie.Want, cliRemedy(sandbox.RemedyDown, sandbox.Key{Task: ie.Task}))
 	case errors.Is(err, sandbox.ErrResourceExhausted):
@@ -600,4 +600,13 @@ func nameNotUTF8(args []string) (flag, value string, bad bool) {
 		}
 	}
 	return "", "", false
+}
+
+// networkWanted is the network a NetworkModeError's sandbox was refused
+// for.
+func networkWanted(ne *sandbox.NetworkModeError) string {
+	if ne.Want == "" {
+		return "off"
+	}
+	return ne.Want
 }

@@ -52,11 +52,17 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 			if err := os.Chmod(run, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			env := append(append([]string{}, tg.environ...), "XDG_RUNTIME_DIR="+run, "HSBX_EXEC_CHANNEL=true",
+			var env []string
+			for _, kv := range tg.environ {
+				if !strings.HasPrefix(kv, "TERMINAL_DOCKER_NETWORK=") {
+					env = append(env, kv)
+				}
+			}
+			env = append(env, "XDG_RUNTIME_DIR="+run, "HSBX_EXEC_CHANNEL=true", "TERMINAL_DOCKER_NETWORK=allow", `HSBX_EGRESS_ALLOW=["`+dest+`"]`,
 				"HSBX_EXEC_CHANNEL_IDLE=1s", "HSBX_TEST_HOLDER=1", "HSBX_HOLDER_ENV=HSBX_TEST_HOLDER")
 			task := "egress-" + filepath.Base(run)
 			t.Cleanup(func() { runMain(t, env, "down", "--task", task) })
-			code, id, errOut := runMain(t, env, "up", "--task", task, "--network", "allow", "--egress-allow", dest)
+			code, id, errOut := runMain(t, env, "up", "--task", task)
 			if code != 0 {
 				t.Fatalf("up: %d %s", code, errOut)
 			}
@@ -103,6 +109,26 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 			}
 			if code, out, _ := runMain(t, env, "netlog", "--task", task); code != 0 || !strings.Contains(out, "allowed") || !strings.Contains(out, "refused") {
 				t.Fatalf("netlog: %d %q", code, out)
+			}
+
+			// A hostile process kills the agent: the relay is gone and
+			// nothing gets out; the next hsbx command brings it back.
+			_, _ = (&proc.Runner{}).Run(context.Background(), proc.Cmd{Env: tg.Env, Timeout: time.Minute,
+				Argv: []string{tg.Bin, "exec", id, "sh", "-c", `for p in /proc/[0-9]*; do grep -q '[h]sbx-agent' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done; true`}})
+			time.Sleep(time.Second)
+			if got := fetch(); strings.Contains(got, "reached") {
+				t.Fatalf("with the agent killed, a request still got out: %q", got)
+			}
+			if code, out, errOut := runMain(t, env, "exec", "--task", task, "--", "true"); code != 0 {
+				t.Fatalf("exec: %d %q %s", code, out, errOut)
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				if got = fetch(); strings.HasSuffix(got, "reached") || time.Now().After(deadline) {
+					break
+				}
+			}
+			if !strings.HasSuffix(got, "reached") {
+				t.Fatalf("after the next hsbx command, the relay is not back: %q", got)
 			}
 		})
 	}
