@@ -207,21 +207,29 @@ func TestEgressAllowIsEnforced(t *testing.T) {
 				// "localhost" itself).
 				expect("resolves to 127.0.0.1 (loopback)", 0, "get", "http://localhost.:"+strings.Split(srv.allowed, ":")[1]+"/")
 
-				recs, err := egress.ReadLog(sb.EgressLog())
-				if err != nil {
-					t.Fatal(err)
-				}
-				var allowed, refused int
-				for _, r := range recs {
-					switch {
-					case r.Allowed && r.Rule == srv.allowed && r.BytesIn > 0 && r.BytesOut > 0:
-						allowed++
-					case !r.Allowed && r.Host+":"+strconv.Itoa(r.Port) == srv.denied && strings.Contains(r.Reason, "no entry"):
-						refused++
+				// A connection is logged when it ends, which may be a moment
+				// after its client has the answer.
+				var allowed, refused, total int
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					recs, err := egress.ReadLog(sb.EgressLog())
+					if err != nil {
+						t.Fatal(err)
+					}
+					allowed, refused, total = 0, 0, len(recs)
+					for _, r := range recs {
+						switch {
+						case r.Allowed && r.Rule == srv.allowed && r.BytesIn > 0 && r.BytesOut > 0:
+							allowed++
+						case !r.Allowed && r.Host+":"+strconv.Itoa(r.Port) == srv.denied && strings.Contains(r.Reason, "no entry"):
+							refused++
+						}
+					}
+					if allowed >= 65 && refused == 2 || time.Now().After(deadline) {
+						break
 					}
 				}
 				if allowed < 65 || refused != 2 {
-					t.Fatalf("network log: %d allowed to %s (want >= 65), %d refused (want 2), of %d records", allowed, srv.allowed, refused, len(recs))
+					t.Fatalf("network log: %d allowed to %s (want >= 65), %d refused (want 2), of %d records", allowed, srv.allowed, refused, total)
 				}
 
 				// Another sandbox's relay applies its own (empty) list.

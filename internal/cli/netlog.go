@@ -98,8 +98,8 @@ func writeNetlog(w io.Writer, recs []egress.Record, header bool) {
 				decision, why = "failed", r.Error
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Time.Local().Format("2006-01-02 15:04:05"), decision, safeText(r.Method),
-			safeText(net.JoinHostPort(r.Host, strconv.Itoa(r.Port))), safeText(why), r.BytesOut, r.BytesIn)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Time.Local().Format("2006-01-02 15:04:05"), decision, safe(r.Method),
+			safe(net.JoinHostPort(r.Host, strconv.Itoa(r.Port))), safe(why), r.BytesOut, r.BytesIn)
 	}
 	_ = tw.Flush()
 }

@@ -212,3 +212,62 @@ func FuzzReadHead(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParsePosture(f *testing.F) {
+	for _, s := range []string{`{"addr":"127.0.0.1:3128","allow":["a.com"]}`, `{"addr":"[::1]:1","allow":[]}`, `{}`, `[`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParsePosture(s)
+		if err != nil {
+			return
+		}
+		if _, err := ParseRules(p.Allow); err != nil {
+			t.Fatalf("%q: kept a bad list: %v", s, err)
+		}
+		back, err := ParsePosture(p.Encode())
+		if err != nil || back.Addr != p.Addr || len(back.Allow) != len(p.Allow) {
+			t.Fatalf("%q: did not survive encoding: %+v %v", s, back, err)
+		}
+	})
+}
+
+// The log keeps what it is given, rotates past LogMax, and reads back
+// both files in order, skipping lines that are not records.
+func TestLogRotatesAndReadsBack(t *testing.T) {
+	p := t.TempDir() + "/egress.log"
+	l, err := OpenLog(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 4000)
+	n := LogMax/4000 + 10
+	for i := range n {
+		if err := l.Write(Record{Method: "CONNECT", Host: big, Port: i + 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	recs, err := ReadLog(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != n || recs[0].Port != 1 || recs[n-1].Port != n {
+		t.Fatalf("%d records back of %d, first %d last %d", len(recs), n, recs[0].Port, recs[len(recs)-1].Port)
+	}
+	// Once more past the limit: the oldest are gone, the rest in order.
+	l, _ = OpenLog(p)
+	for i := range n {
+		_ = l.Write(Record{Method: "GET", Host: big, Port: n + i + 1})
+	}
+	l.Close()
+	recs, _ = ReadLog(p)
+	if len(recs) >= 2*n || recs[len(recs)-1].Port != 2*n {
+		t.Fatalf("%d records after rotating twice, last %d", len(recs), recs[len(recs)-1].Port)
+	}
+	for i := 1; i < len(recs); i++ {
+		if recs[i].Port != recs[i-1].Port+1 {
+			t.Fatalf("out of order at %d: %d after %d", i, recs[i].Port, recs[i-1].Port)
+		}
+	}
+}
