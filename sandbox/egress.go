@@ -87,7 +87,7 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 			return
 		}
 		s.m.log.Debug("network = allow: starting the holder that relays", "id", id)
-		s.m.c.Holders.Start(channel.HolderSpec{Socket: sock, ID: id, User: s.execUser(), EgressLog: s.EgressLog()})
+		s.m.c.Holders.Start(channel.HolderSpec{Socket: sock, ID: id, User: s.execUser(), Egress: true, EgressLog: s.EgressLog()})
 		return
 	}
 	cs := &s.ch
@@ -122,6 +122,17 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 			s.m.log.Info("egress relay ended", "id", id, "error", err)
 		}
 	}()
+}
+
+// relays says whether a holder for this key's sandbox relays egress: its
+// network is allow, as asked, or as this host verified it (the marker; a
+// sandbox kept under on_drift = warn). The holder reads the policy itself.
+func (s *Sandbox) relays() bool {
+	if s.spec.Egress != nil {
+		return true
+	}
+	mk, ok := readMarker(s.engineDir())
+	return ok && mk.Network == "allow"
 }
 
 // closeRelay ends the relay this handle holds (Close).

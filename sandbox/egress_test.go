@@ -61,6 +61,7 @@ func TestSpecRefusesAllowWithANetwork(t *testing.T) {
 		{func(s *Spec) { s.Network, s.Egress = true, &Egress{} }, "network"},
 		{func(s *Spec) { s.Network, s.Egress = false, &Egress{Allow: []string{"a..b"}} }, "egress_allow"},
 		{func(s *Spec) { s.Network, s.Egress = false, &Egress{Allow: []string{"x.com:0"}} }, "egress_allow"},
+		{func(s *Spec) { s.Network, s.Egress = false, &Egress{Addr: "0.0.0.0:3128"} }, "egress_allow"},
 	} {
 		s := DefaultSpec()
 		c.s(&s)

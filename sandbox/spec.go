@@ -227,6 +227,9 @@ func (s Spec) Validate() error {
 		if s.Network {
 			return &SpecError{"network", "an egress allow-list is for network = allow, which has no network interface; set Network false (or Egress nil for network = on)"}
 		}
+		if _, err := egress.ParsePosture(egress.Posture{Addr: s.Egress.posture().Addr}.Encode()); err != nil {
+			return &SpecError{"egress_allow", fmt.Sprintf("the relay's address %q is not a loopback host:port", s.Egress.Addr)}
+		}
 		if _, err := egress.ParseRules(s.Egress.Allow); err != nil {
 			return &SpecError{"egress_allow", err.Error() + "; want host names (*.example.com), addresses or CIDRs, each with an optional :PORT"}
 		}

@@ -235,7 +235,9 @@ type HolderSpec struct {
 	Socket string
 	ID     string // the verified container id
 	User   string // exec --user for the agent ("" = the container's)
-	// EgressLog is the network log of an allow-listed sandbox (the
-	// holder relays for it while it runs).
+	// Egress says the sandbox's network is allow, as the starter verified
+	// it: the holder then reads the policy from the engine and relays
+	// (no engine call for any other sandbox). EgressLog is its network log.
+	Egress    bool
 	EgressLog string
 }

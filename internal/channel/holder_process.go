@@ -38,7 +38,9 @@ type HoldSpec struct {
 	Engine string        `json:"engine"`
 	Agent  string        `json:"agent"`
 	Idle   time.Duration `json:"idle"`
-	// EgressLog is where the relay of an allow-listed sandbox logs.
+	// Egress: the sandbox's network is allow (the policy is read from the
+	// engine); EgressLog is where its relay logs.
+	Egress    bool   `json:"egress,omitempty"`
 	EgressLog string `json:"egress_log,omitempty"`
 }
 
@@ -148,7 +150,9 @@ func Hold(ctx context.Context, spec HoldSpec, o HoldOptions) error {
 	log.Info("holder: serving", "socket", spec.Name, "id", spec.ID, "agent", conn.Build())
 	// An allow-listed sandbox's relay: the holder stays while the sandbox
 	// runs (a background download needs it after every hsbx has exited).
-	if policy, ok, err := ReadEgressPolicy(ctx, rt, spec.ID); ok && err == nil {
+	if !spec.Egress {
+		// not an allow sandbox: nothing to relay, no engine call
+	} else if policy, ok, err := ReadEgressPolicy(ctx, rt, spec.ID); ok && err == nil {
 		h.Idle = time.Duration(math.MaxInt64) // only the sandbox's end, stop or down end it
 		log.Info("holder: relaying egress; it stays while the sandbox runs", "allow", policy.Posture.Allow)
 		rctx, stopRelay := context.WithCancel(ctx)
