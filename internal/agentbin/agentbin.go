@@ -16,15 +16,15 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"embed"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
-	"sync"
 )
 
-//go:embed agent-linux-*.gz toolchain.txt
+//go:embed agent-linux-*.gz agent-linux-*.sha256 toolchain.txt
 var files embed.FS
 
 // Platforms are the "os/arch" pairs hsbx carries an agent for.
@@ -67,18 +67,57 @@ func (e *NoAgentError) Error() string {
 		p, strings.Join(Platforms(), ", "))
 }
 
-var cache sync.Map // platform -> *Agent (decompressed once per process)
-
-// For returns the agent for platform ("linux/amd64"), decompressed.
-func For(platform string) (*Agent, error) {
-	if a, ok := cache.Load(platform); ok {
-		return a.(*Agent), nil
+// readAllInto is io.ReadAll into b's spare capacity first.
+func readAllInto(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
 	}
+}
+
+// fileBase is the embedded files' name for platform ("agent-linux-amd64").
+func fileBase(platform string) (string, error) {
 	goos, arch, ok := strings.Cut(platform, "/")
 	if !ok || strings.ContainsAny(platform, ".\\") || strings.Count(platform, "/") != 1 {
-		return nil, &NoAgentError{Platform: platform}
+		return "", &NoAgentError{Platform: platform}
 	}
-	gz, err := files.ReadFile("agent-" + goos + "-" + arch + ".gz")
+	return "agent-" + goos + "-" + arch, nil
+}
+
+// Digest is the hex sha256 of the agent for platform, without
+// decompressing it: what names it in a sandbox, so a process that finds it
+// there already never holds its bytes.
+func Digest(platform string) (string, error) {
+	base, err := fileBase(platform)
+	if err != nil {
+		return "", err
+	}
+	b, err := files.ReadFile(base + ".sha256")
+	if err != nil {
+		return "", &NoAgentError{Platform: platform}
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// For returns the agent for platform ("linux/amd64"), decompressed
+// anew on each call and kept by nobody here: it is needed only to install
+// it in a sandbox (once per sandbox), and a long-lived process (a holder)
+// should not carry its megabytes after that.
+func For(platform string) (*Agent, error) {
+	base, err := fileBase(platform)
+	if err != nil {
+		return nil, err
+	}
+	gz, err := files.ReadFile(base + ".gz")
 	if err != nil {
 		return nil, &NoAgentError{Platform: platform}
 	}
@@ -86,12 +125,20 @@ func For(platform string) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the embedded agent for %s is damaged: %w", platform, err)
 	}
-	b, err := io.ReadAll(zr)
+	// Exactly its size (gzip's trailer holds it, mod 2^32): io.ReadAll's
+	// growth would leave up to twice that in every process that keeps it.
+	var b []byte
+	if n := len(gz); n >= 4 {
+		b = make([]byte, 0, int(binary.LittleEndian.Uint32(gz[n-4:]))+1)
+	}
+	b, err = readAllInto(zr, b)
 	if err != nil {
 		return nil, fmt.Errorf("the embedded agent for %s is damaged: %w", platform, err)
 	}
 	sum := sha256.Sum256(b)
 	a := &Agent{Platform: platform, Bytes: b, Digest: hex.EncodeToString(sum[:])}
-	cache.Store(platform, a)
+	if d, err := Digest(platform); err != nil || d != a.Digest {
+		return nil, fmt.Errorf("the embedded agent for %s is damaged: its digest is not the one recorded beside it", platform)
+	}
 	return a, nil
 }

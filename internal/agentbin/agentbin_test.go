@@ -55,6 +55,10 @@ func TestEmbeddedAgentsAreFresh(t *testing.T) {
 		if !bytes.Equal(fresh, a.Bytes) {
 			t.Errorf("the embedded agent for %s is stale (%d bytes; this tree builds %d): run `make agents` and commit internal/agentbin", p, len(a.Bytes), len(fresh))
 		}
+		sum, err := os.ReadFile(filepath.Join(dir, "agent-"+strings.ReplaceAll(p, "/", "-")+".sha256"))
+		if d, derr := Digest(p); err != nil || derr != nil || strings.TrimSpace(string(sum)) != d || d != a.Digest {
+			t.Errorf("the embedded digest for %s is stale or damaged: run `make agents` and commit internal/agentbin", p)
+		}
 	}
 }
 

@@ -9,6 +9,9 @@ out=${2:-$here}
 for arch in amd64 arm64; do
   CGO_ENABLED=0 GOOS=linux GOARCH=$arch "$go" build -trimpath -ldflags='-s -w -buildid=' \
     -o "$out/agent-linux-$arch" "$here/../../cmd/hsbx-agent"
+  # Its digest beside it: what names it in a sandbox, known without
+  # decompressing it (a holder whose sandbox has it never does).
+  sha256sum "$out/agent-linux-$arch" | cut -d' ' -f1 > "$out/agent-linux-$arch.sha256"
   gzip -9 -n -f "$out/agent-linux-$arch"
 done
 "$go" env GOVERSION > "$out/toolchain.txt"

@@ -88,29 +88,37 @@ func Platform(ctx context.Context, rt runtime.Runtime) (string, error) {
 	return "linux/" + goruntime.GOARCH, nil
 }
 
-// agentBytes is the agent for a's sandbox: a.Binary, checked, or the one
-// hsbx carries for the engine's platform.
-func agentBytes(ctx context.Context, a Agent) ([]byte, string, error) {
+// agentBin is the agent for a's sandbox: its digest (what names it
+// there), and its bytes on demand — the one hsbx carries is decompressed
+// only when it has to be installed, so a holder whose sandbox has it
+// already never holds its megabytes.
+func agentBin(ctx context.Context, a Agent) (digest string, bytesOf func() ([]byte, error), err error) {
 	platform, err := Platform(ctx, a.Runtime)
 	if err != nil {
-		return nil, "", fmt.Errorf("asking the engine for its platform: %w", err)
+		return "", nil, fmt.Errorf("asking the engine for its platform: %w", err)
 	}
 	if a.Binary == "" {
-		ag, err := agentbin.For(platform)
+		d, err := agentbin.Digest(platform)
 		if err != nil {
-			return nil, "", &UnavailableError{Reason: err.Error()}
+			return "", nil, &UnavailableError{Reason: err.Error()}
 		}
-		return ag.Bytes, ag.Digest, nil
+		return d, func() ([]byte, error) {
+			ag, err := agentbin.For(platform)
+			if err != nil {
+				return nil, &UnavailableError{Reason: err.Error()}
+			}
+			return ag.Bytes, nil
+		}, nil
 	}
 	if err := CheckBinary(a.Binary, platform); err != nil {
-		return nil, "", err
+		return "", nil, err
 	}
 	b, err := os.ReadFile(a.Binary)
 	if err != nil {
-		return nil, "", &UnavailableError{Reason: err.Error()}
+		return "", nil, &UnavailableError{Reason: err.Error()}
 	}
 	sum := sha256.Sum256(b)
-	return b, hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(sum[:]), func() ([]byte, error) { return b, nil }, nil
 }
 
 // Open starts the agent in the sandbox (`exec -i ID AGENT agent`) and
@@ -123,7 +131,7 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 	if a.Log == nil {
 		a.Log = slog.New(slog.DiscardHandler)
 	}
-	bin, digest, err := agentBytes(ctx, a)
+	digest, bytesOf, err := agentBin(ctx, a)
 	if err != nil {
 		return nil, err
 	}
@@ -136,6 +144,10 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 		return nil, err
 	}
 	a.Log.Debug("agent not running; installing it", "path", path, "error", err)
+	bin, err := bytesOf()
+	if err != nil {
+		return nil, err
+	}
 	ierr, err := installAndRun(ctx, a, path, bin, func(run []string) (err error) {
 		conn, err = start(ctx, a, append(run, "agent"))
 		return err
@@ -157,7 +169,7 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 // the way to stop a command in a sandbox without the shell that hsbx's
 // kill script needs. It returns how many processes it reached.
 func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
-	bin, digest, err := agentBytes(ctx, a)
+	digest, bytesOf, err := agentBin(ctx, a)
 	if err != nil {
 		return 0, err
 	}
@@ -181,6 +193,10 @@ func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
 		return n, nil
 	}
 	if passing(err) || ctx.Err() != nil {
+		return 0, err
+	}
+	bin, err := bytesOf()
+	if err != nil {
 		return 0, err
 	}
 	ierr, err := installAndRun(ctx, a, path, bin, func(agent []string) (err error) {
