@@ -11,26 +11,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
-// hostAddress is an IPv4 address of this host other than loopback: what
-// a sandbox with a network reaches the host's own services at (its
-// bridge's gateway routes to every local address).
-func hostAddress(t *testing.T) string {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-			return n.IP.String()
-		}
-	}
-	t.Skip("this host has no IPv4 address but loopback")
-	return ""
-}
+// hostAddress is enginetest.HostAddress.
+func hostAddress(t *testing.T) string { return enginetest.HostAddress(t) }
 
 // What the network setting promises, on the real engines, under runc
 // and under gVisor: with network = true a sandbox reaches a service of

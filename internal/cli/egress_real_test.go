@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/egress"
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/internal/proc"
 )
 
@@ -27,18 +28,7 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 			continue // the fakes' sandboxes have the host's network: internal/channel's TestRelay*
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			host := ""
-			if as, err := net.InterfaceAddrs(); err == nil {
-				for _, a := range as {
-					if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-						host = n.IP.String()
-						break
-					}
-				}
-			}
-			if host == "" {
-				t.Skip("no IPv4 address but loopback")
-			}
+			host := enginetest.HostAddress(t)
 			ln, err := net.Listen("tcp4", host+":0")
 			if err != nil {
 				t.Fatal(err)

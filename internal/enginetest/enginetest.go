@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -315,4 +316,23 @@ func NetProbeBinary(t testing.TB) string {
 func HostileAgentBinary(t testing.TB) string {
 	t.Helper()
 	return hostileBuild.build(t, "github.com/hsbx/hsbx/internal/enginetest/testdata/hostileagent", "hostile-agent")
+}
+
+// HostAddress is an IPv4 address of this host other than loopback: what
+// a sandbox with a network reaches the host's own services at (its
+// bridge's gateway routes to every local address), and what the egress
+// tests' services listen on. A host with none skips the test.
+func HostAddress(t testing.TB) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("this host has no IPv4 address but loopback")
+	return ""
 }
