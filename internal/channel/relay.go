@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/egress"
+	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -58,7 +59,7 @@ func Relay(ctx context.Context, c *Conn, rs RelaySpec) error {
 	// are dropped, and the agent closes what nobody claims.
 	slots := make(chan struct{}, relayMax)
 	for {
-		var stderr strings.Builder
+		stderr := &proc.TailBuffer{Max: 4096}
 		lines := &lineWriter{fn: func(id string) {
 			select {
 			case slots <- struct{}{}:
@@ -69,7 +70,7 @@ func Relay(ctx context.Context, c *Conn, rs RelaySpec) error {
 			wg.Add(1)
 			go func() { defer wg.Done(); defer func() { <-slots }(); claim(ctx, c, rs.Proxy, id, log) }()
 		}}
-		res, err := c.Run(ctx, Request{Start: wire.Start{Op: wire.EgressOpListen, Script: rs.Addr}, Stdout: lines, Stderr: &limitWriter{w: &stderr, n: 4096}})
+		res, err := c.Run(ctx, Request{Start: wire.Start{Op: wire.EgressOpListen, Script: rs.Addr}, Stdout: lines, Stderr: stderr})
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -78,7 +79,7 @@ func Relay(ctx context.Context, c *Conn, rs RelaySpec) error {
 		case res.Code == wire.EgressInUse:
 			log.Debug("egress relay: the address is taken (another channel relays); trying again", "addr", rs.Addr)
 		default:
-			return fmt.Errorf("egress relay: the agent did not listen on %s (exit %d): %s", rs.Addr, res.Code, strings.TrimSpace(stderr.String()+" "+res.Failure.Msg))
+			return fmt.Errorf("egress relay: the agent did not listen on %s (exit %d): %s", rs.Addr, res.Code, strings.TrimSpace(string(stderr.Bytes())+" "+res.Failure.Msg))
 		}
 		select {
 		case <-ctx.Done():
@@ -165,21 +166,6 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 	}
 	if len(l.buf) > 64 {
 		l.buf = l.buf[:0] // not an id: the agent is broken or not ours
-	}
-	return len(p), nil
-}
-
-// limitWriter keeps the first n bytes.
-type limitWriter struct {
-	w io.Writer
-	n int
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if l.n > 0 {
-		k := min(len(p), l.n)
-		_, _ = l.w.Write(p[:k])
-		l.n -= k
 	}
 	return len(p), nil
 }

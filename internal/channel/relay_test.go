@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/egress"
 )
 
@@ -23,14 +22,7 @@ import (
 // logged.
 func relayed(t *testing.T, allow []string) (addr string, records func() []egress.Record) {
 	t.Helper()
-	toAgentR, toAgentW := io.Pipe()
-	fromAgentR, fromAgentW := io.Pipe()
-	go func() { _ = agent.Serve(toAgentR, fromAgentW, "test"); fromAgentW.Close() }()
-	c, err := NewConn(fromAgentR, toAgentW, toAgentW, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := pair(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
