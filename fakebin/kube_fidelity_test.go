@@ -47,7 +47,7 @@ func TestFakeKubectlMatchesCaptures(t *testing.T) {
 	order := []string{"version", "version_client", "auth_can_i", "auth_can_i_exec", "current_context", "get_none",
 		"create_run", "create_exists", "create_done", "create_bad_image", "create_unknown_runtime_class", "get_runtimeclasses", "get_one", "get_missing", "get_label",
 		"exec_ok", "exec_exit3", "exec_not_found", "exec_missing", "exec_done", "exec_words", "exec_stdin",
-		"delete_missing", "delete_run", "delete_done",
+		"create_network_policy", "delete_missing", "delete_run", "delete_done",
 		"class_ok", "class_missing", "claim_get_none", "claim_create", "claim_create_exists", "claim_get", "claim_delete_other_uid", "claim_delete",
 		"down_no_config", "down_get"}
 	for _, name := range order {
@@ -73,6 +73,17 @@ func TestFakeKubectlMatchesCaptures(t *testing.T) {
 				t.Fatalf("claim_delete: no claim in the fake: %s", got.String())
 			}
 			stdin[name] = `{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"` + uid[1] + `"}}`
+		}
+		if name == "create_network_policy" { // owned by the fake's cap-run
+			var got bytes.Buffer
+			fakebin.Run("kubectl", []string{"get", "pod", "-o", "json", "cap-run"}, env, nil, &got, &bytes.Buffer{})
+			uid := regexp.MustCompile(`"uid": "([^"]+)"`).FindStringSubmatch(got.String())
+			if uid == nil {
+				t.Fatalf("create_network_policy: no cap-run in the fake: %s", got.String())
+			}
+			stdin[name] = `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"generateName":"cap-run-deny-","labels":{"hsbx.profile":"cap","hsbx.task":"cap-run"},
+ "ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"cap-run","uid":"` + uid[1] + `"}]},
+ "spec":{"podSelector":{"matchLabels":{"hsbx.profile":"cap","hsbx.task":"cap-run"}},"policyTypes":["Ingress","Egress"]}}`
 		}
 		var out, errb bytes.Buffer
 		code := fakebin.Run("kubectl", argv, env, strings.NewReader(stdin[name]), &out, &errb)
@@ -109,6 +120,10 @@ func TestFakeKubectlMatchesCaptures(t *testing.T) {
 			if out.String() != wantOut {
 				t.Errorf("%s: fake %q, real %q", name, out.String(), wantOut)
 			}
+		case name == "create_network_policy":
+			if got, want := policyView(t, out.Bytes()), policyView(t, []byte(wantOut)); got != want {
+				t.Errorf("%s: fake policy %s, real %s", name, got, want)
+			}
 		case strings.HasPrefix(name, "get_") || strings.HasPrefix(name, "create_"):
 			if !samePods(t, out.Bytes(), []byte(wantOut)) {
 				t.Errorf("%s: fake pods differ from real:\n%s", name, out.String())
@@ -125,6 +140,30 @@ var (
 	hexID  = regexp.MustCompile(`[0-9a-f]{64}`)
 	hexUID = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 )
+
+// policyView is what hsbx reads of a created NetworkPolicy: its kind, a
+// name made from generateName, its labels and one owner, its selector and
+// types.
+func policyView(t *testing.T, out []byte) string {
+	var p struct {
+		Kind     string
+		Metadata struct {
+			Name, GenerateName string
+			Labels             map[string]string
+			OwnerReferences    []struct{ Kind, Name, UID string }
+		}
+		Spec json.RawMessage
+	}
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatalf("policy: %v: %s", err, out)
+	}
+	named := strings.HasPrefix(p.Metadata.Name, p.Metadata.GenerateName) && len(p.Metadata.Name) == len(p.Metadata.GenerateName)+5
+	owners := len(p.Metadata.OwnerReferences) == 1 && hexUID.MatchString(p.Metadata.OwnerReferences[0].UID)
+	var spec any
+	_ = json.Unmarshal(p.Spec, &spec)
+	sb, _ := json.Marshal(spec)
+	return fmt.Sprintf("%s named=%v labels=%v owner=%v %s", p.Kind, named, p.Metadata.Labels, owners, sb)
+}
 
 // capClaim is the claim scripts/capture-kube.sh creates.
 const capClaim = `{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"cap-claim","labels":{"hsbx.profile":"cap","hsbx.task":"cap-claim"},"annotations":{"hsbx.key":"cap/cap-claim"}},

@@ -138,6 +138,9 @@ func (f *fake) pod(c *Container) map[string]any {
 		state = map[string]any{"terminated": map[string]any{"exitCode": c.ExitCode, "startedAt": c.StartedAt.Format(time.RFC3339), "finishedAt": c.FinishedAt.Format(time.RFC3339)}}
 	}
 	status := map[string]any{"phase": phase}
+	if phase == "Running" {
+		status["hostIP"] = f.hostIP()
+	}
 	if state != nil {
 		status["containerStatuses"] = []map[string]any{{"name": "sandbox", "state": state}}
 	}
@@ -206,7 +209,7 @@ func (f *fake) kget(ns string, args []string) int {
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
 		case a == "pods" || a == "pod":
-		case a == "persistentvolumeclaims" || a == "pvc" || a == "storageclasses" || a == "runtimeclasses":
+		case a == "persistentvolumeclaims" || a == "pvc" || a == "storageclasses" || a == "runtimeclasses" || a == "networkpolicies":
 			kind = a
 		case a == "-o" && i+1 < len(args):
 			i++
@@ -226,6 +229,8 @@ func (f *fake) kget(ns string, args []string) int {
 		return f.kgetClasses(names, ignore)
 	case "persistentvolumeclaims", "pvc":
 		return f.kgetClaims(ns, names, ignore)
+	case "networkpolicies":
+		return f.kgetNetworkPolicies(ns)
 	}
 	var items []map[string]any
 	var missing []string
@@ -278,6 +283,9 @@ func (f *fake) kcreate(ns string) int {
 	var head struct{ Kind string }
 	if json.Unmarshal(b, &head) == nil && head.Kind == "PersistentVolumeClaim" {
 		return f.kcreateClaim(ns, b)
+	}
+	if head.Kind == "NetworkPolicy" {
+		return f.kcreateNetworkPolicy(ns, b)
 	}
 	var m struct {
 		Metadata struct {
@@ -575,7 +583,10 @@ func (f *fake) kexec(ns string, args []string) int {
 	if len(cmd) == 0 {
 		return f.kusage("you must specify at least one command for the container")
 	}
-	if wrapped && !builtins[cmd[0]] { // the wrapper's exec, as busybox sh in the Pod says it
+	// What the Pod has besides the builtins: busybox's tar (hsbx writes
+	// its agent in with it), and the files written so.
+	copied := strings.HasPrefix(cmd[0], "/") && fileExists(f.containerFile(c.ID, cmd[0]))
+	if wrapped && !builtins[cmd[0]] && cmd[0] != "tar" && !copied { // the wrapper's exec, as busybox sh in the Pod says it
 		if _, code := startFailure(cmd[0]); code == 126 {
 			fmt.Fprintf(f.stderr, "/bin/sh: exec: line 11: %s: Permission denied\n", cmd[0])
 			return f.kstatus(126)
@@ -583,7 +594,7 @@ func (f *fake) kexec(ns string, args []string) int {
 		fmt.Fprintf(f.stderr, "/bin/sh: exec: line 11: %s: not found\n", cmd[0])
 		return f.kstatus(127)
 	}
-	if !wrapped && !builtins[cmd[0]] {
+	if !wrapped && !builtins[cmd[0]] && !copied {
 		// the runtime's exec of a missing executable: kubectl's internal error
 		what, _ := startFailure(cmd[0])
 		fmt.Fprintf(f.stderr, "error: Internal error occurred: Internal error occurred: error executing command in container: failed to exec in container: failed to start exec %q: OCI runtime exec failed: exec failed: unable to start container process: %s: unknown\n", c.ID, what)
@@ -642,4 +653,9 @@ func parseEnvBlock(b string) (vars []string, ok bool) {
 		}
 	}
 	return vars, false
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

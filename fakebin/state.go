@@ -67,10 +67,23 @@ type State struct {
 	Pulled []string `json:"pulled,omitempty"`
 	// Claims are the fake kubectl's PersistentVolumeClaims.
 	Claims []*Claim `json:"claims,omitempty"`
+	// NetworkPolicies are the fake kubectl's (kept while their owner
+	// Pod is: the garbage collector's work, done at once).
+	NetworkPolicies []*NetworkPolicy `json:"network_policies,omitempty"`
 	// Storage are podman's storage-only containers (name -> id): what a
 	// `run` killed between creating the storage and registering the
 	// container leaves. No ps or inspect shows them; they hold the name.
 	Storage map[string]string `json:"storage,omitempty"`
+}
+
+// NetworkPolicy is one fake NetworkPolicy, owned by a Pod.
+type NetworkPolicy struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	UID       string            `json:"uid"`
+	OwnerUID  string            `json:"owner_uid"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Raw       json.RawMessage   `json:"raw"`
 }
 
 // Claim is one fake PersistentVolumeClaim.

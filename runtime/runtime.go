@@ -136,6 +136,17 @@ type ClaimRemover interface {
 	RemoveClaims(ctx context.Context, claims ...Claim) ([]string, error)
 }
 
+// PolicyNetwork is implemented by runtimes whose sandbox without a
+// network (RunSpec.Args "--network none") still has an interface, kept
+// off the network by a policy its cluster must enforce (kubectl: a
+// NetworkPolicy that denies the Pod everything). Such a policy is not
+// proof: ReachTargets names TCP addresses the sandbox id could connect to
+// were the policy not enforced (its node's kubelet), which the lifecycle
+// must find out of reach from inside before the sandbox is used.
+type PolicyNetwork interface {
+	ReachTargets(ctx context.Context, id string) ([]string, error)
+}
+
 // StorageRemover is implemented by runtimes whose engine can hold a
 // container name in its storage without listing a container (podman: a
 // `run` killed between creating the storage and registering the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/internal/keystate"
+	"github.com/hsbx/hsbx/runtime"
 )
 
 // Egress is the network `allow`: what a sandbox's processes may reach.
@@ -157,4 +159,81 @@ func markedPosture(spec Spec, network string) bool {
 		return network == "allow"
 	}
 	return network == "none"
+}
+
+// offlineWait is how long a new sandbox on a policy-kept network may take
+// to lose its reach (the cluster applies a NetworkPolicy a moment after
+// the Pod starts) before hsbx takes it that nothing enforces the policy.
+const offlineWait = 10 * time.Second
+
+// proveOffline proves that id, just made without a network on a runtime
+// that keeps it off by a policy (runtime.PolicyNetwork: a NetworkPolicy),
+// cannot reach what it could without one, from inside and before anything
+// but hsbx has run in it. When it can, or when that cannot be tested, the
+// sandbox is removed (it is this call's own: the id pins it) and the error
+// says why: a sandbox that looks air-gapped but is not is never handed
+// out.
+func (s *Sandbox) proveOffline(ctx context.Context, id, name string) error {
+	pn, ok := s.rt().(runtime.PolicyNetwork)
+	if !ok {
+		return nil
+	}
+	targets, err := pn.ReachTargets(ctx, id)
+	var open []string
+	if err == nil {
+		open, err = channel.Unreachable(ctx, channel.Agent{Runtime: s.rt(), ID: id, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log}, offlineWait, targets)
+	}
+	if err == nil && len(open) == 0 {
+		s.m.log.Debug("network policy enforced", "id", id, "unreachable", targets)
+		return nil
+	}
+	ue := &NetworkUnenforcedError{Name: name, Reached: open, Err: err}
+	if rerr := s.rt().Remove(context.WithoutCancel(ctx), true, id); rerr != nil {
+		ue.RemoveErr = rerr
+	} else if cs, ierr := s.rt().Inspect(context.WithoutCancel(ctx), id); ierr == nil && len(cs) > 0 && cs[0].State != runtime.StateRemoving {
+		ue.RemoveErr = fmt.Errorf("it is still there (%s) after its removal", cs[0].State)
+	}
+	return ue
+}
+
+// NetworkUnenforcedError is a sandbox asked for without a network (off or
+// allow) on a cluster that did not keep it off: from inside, it could
+// still connect to Reached (its node's kubelet) after the NetworkPolicy
+// hsbx made for it had had time to apply, or the test could not be run
+// (Err). The sandbox was removed (RemoveErr says when that failed). It is
+// ErrIsolation.
+type NetworkUnenforcedError struct {
+	Name      string
+	Reached   []string
+	Err       error
+	RemoveErr error
+}
+
+func (e *NetworkUnenforcedError) Error() string {
+	var msg string
+	if e.Err != nil {
+		msg = fmt.Sprintf("network: could not prove that sandbox %s is off the network (%v); it was not kept", e.Name, e.Err)
+	} else {
+		msg = fmt.Sprintf("network: the cluster does not enforce the NetworkPolicy that keeps sandbox %s off the network: from inside it still reached %s after %s; it was not kept", e.Name, strings.Join(e.Reached, ", "), offlineWait)
+	}
+	if e.RemoveErr != nil {
+		msg += fmt.Sprintf(" (and removing it failed: %v)", e.RemoveErr)
+	}
+	return msg
+}
+
+// Unwrap makes it ErrIsolation, and the test's own error.
+func (e *NetworkUnenforcedError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrIsolation, e.Err}
+	}
+	return []error{ErrIsolation}
+}
+
+// Hint says how to go on.
+func (e *NetworkUnenforcedError) Hint() string {
+	if e.Err != nil {
+		return "the test runs hsbx's agent in the sandbox (the exec channel's): check that the image has sh or tar, or set network = on"
+	}
+	return "network = off and allow need a CNI that enforces NetworkPolicy (Calico, Cilium, ...) in the sandbox's namespace; install one, or set network = on"
 }

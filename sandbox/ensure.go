@@ -423,6 +423,12 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 			rs.Labels[LabelCreator] = cr
 		}
 		id, err := s.rt().Run(ctx, rs)
+		if err == nil && !spec.Network {
+			err = s.proveOffline(ctx, id, name)
+			if err != nil {
+				return "", err
+			}
+		}
 		if err == nil {
 			s.createdNetwork = "any"
 			if !spec.Network {

@@ -150,25 +150,16 @@ func TestAmbiguousHermesSandboxIsNotAdopted(t *testing.T) {
 	})
 }
 
-// network = false (TERMINAL_DOCKER_NETWORK=false) is an air-gapped sandbox,
-// and an existing networked one is refused, never silently reused.
+// network = false (TERMINAL_DOCKER_NETWORK=false) is an air-gapped sandbox
+// (on Kubernetes: a Pod its NetworkPolicy keeps off the network, proved
+// when it was made), and an existing networked one is refused, never
+// silently reused.
 func TestNetworkOff(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		spec := e.spec()
 		spec.Network = false
 		res, err := e.manager().Sandbox(e.key("airgap"), spec).Ensure(ctx)
-		if e.kube() {
-			// Refused, never a Pod that looks air-gapped and is not.
-			var se *sandbox.SpecError
-			if !errors.As(err, &se) || se.Setting != "network" {
-				t.Fatalf("network = false on Kubernetes: %+v %v, want a network SpecError", res, err)
-			}
-			if cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: e.key("airgap").Filters()}); len(cs) != 0 {
-				t.Errorf("a refused network = false left %+v", cs)
-			}
-			return
-		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,13 +3,16 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/sandbox"
@@ -79,9 +82,6 @@ func TestNetworkOnReachesOffDoesNot(t *testing.T) {
 						t.Fatalf("network = true: %s gave %q (exit %d): the engine's network is not on", url, out, code)
 					}
 				}
-				if e.kube() {
-					return // network = false is refused on Kubernetes (TestNetworkOff)
-				}
 				before := hits.Load()
 				off := spec
 				off.Network = false
@@ -94,4 +94,52 @@ func TestNetworkOnReachesOffDoesNot(t *testing.T) {
 			})
 		}
 	})
+}
+
+// On a cluster that does not enforce NetworkPolicy (here: a namespace the
+// project cluster's enforcer, scripts/netpolicy, leaves alone), network =
+// off is refused after the wait, and neither the Pod nor its policy is
+// left; on one that does (the test's own namespace), the Pod cannot reach
+// its node's kubelet.
+func TestNetworkOffUnenforcedIsRefused(t *testing.T) {
+	tg, ok := enginetest.KubeIfConfigured(t)
+	if !ok {
+		t.Skip("no cluster")
+	}
+	ctx := context.Background()
+	ns := tg.Kube.Namespace + "-open"
+	kc := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(tg.Bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	kc("create", "namespace", ns)
+	t.Cleanup(func() { _ = exec.Command(tg.Bin, "delete", "namespace", ns, "--wait=false").Run() })
+	kc("label", "namespace", ns, "hsbx.dev/netpolicy=off")
+	tg.Kube.Namespace = ns
+	rt := tg.Open(t)
+	m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: tg.StateDir, CacheDir: t.TempDir(), Environ: tg.Env,
+		StopGrace: 5 * time.Second, Warn: func(string) {}, Agent: enginetest.AgentBinary(t)})
+	spec := sandbox.DefaultSpec()
+	spec.Image, spec.Persistent, spec.Network = tg.Image, false, false
+	k := sandbox.Key{Profile: "hsbx-test", Task: "open"}
+	_, err := m.Sandbox(k, spec).Ensure(ctx)
+	var ue *sandbox.NetworkUnenforcedError
+	if !errors.As(err, &ue) || !errors.Is(err, sandbox.ErrIsolation) || ue.Err != nil || len(ue.Reached) != 1 || !strings.HasSuffix(ue.Reached[0], ":10250") || ue.RemoveErr != nil {
+		t.Fatalf("network = off where nothing enforces it: %v, want a NetworkUnenforcedError naming the kubelet", err)
+	}
+	t.Log(err)
+	if out := kc("--namespace", ns, "get", "pods,networkpolicies", "-o", "name"); strings.TrimSpace(out) != "" {
+		// The policy goes with its Pod, by the garbage collector: a
+		// moment after.
+		for deadline := time.Now().Add(30 * time.Second); strings.TrimSpace(out) != "" && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			out = kc("--namespace", ns, "get", "pods,networkpolicies", "-o", "name")
+		}
+		if strings.TrimSpace(out) != "" {
+			t.Fatalf("a refused sandbox left %s", out)
+		}
+	}
 }

@@ -82,8 +82,7 @@ func (e *env) spec() sandbox.Spec {
 func (e *env) kube() bool { return e.tg.Dialect() == runtime.Kubectl }
 
 // airgap is the run flags a test's own containers get: --network none,
-// except on Kubernetes, where a Pod has no such flag (and hsbx refuses
-// network = false).
+// except on Kubernetes, where it would make a NetworkPolicy as well.
 func (e *env) airgap(args ...string) []string {
 	if e.kube() {
 		return args

@@ -58,6 +58,9 @@ func TestBuildRun(t *testing.T) {
 	rootful := engineHost{Dialect: runtime.Docker, Caps: dirs, BackingFS: "extfs", UID: 1000, GID: 100}
 	rootlessV1 := engineHost{Dialect: runtime.Podman, Caps: dirs, Rootless: true, CgroupV1: true, BackingFS: "extfs"}
 	pod := engineHost{Dialect: runtime.Kubectl, Caps: kubectl.New("kubectl", enginecli.Options{}, kubectl.Target{}).Capabilities()}
+	// an engine that cannot make a sandbox without a network at all
+	noNetworkless := engineHost{Dialect: runtime.Docker, Caps: runtime.Capabilities{StopKeeps: true, HostDirs: true, Pulls: true,
+		Lacks: map[runtime.Feature]string{runtime.NoNetwork: "this engine has no sandbox without a network"}}}
 	explicit := func(setting string, f func(*Spec)) Spec {
 		s := DefaultSpec()
 		f(&s)
@@ -116,7 +119,8 @@ func TestBuildRun(t *testing.T) {
 		{name: "lacking pids limit drops the default", spec: mod(func(s *Spec) { s.Persistent = false }), host: pod,
 			want: []string{"--cpus 1 --memory 5120m"}, not: []string{"--pids-limit", "-v "}, warn: "podPidsLimit), not per Pod: default pids_limit 256 left off"},
 		{name: "lacking pids limit refuses a user's", spec: explicit("pids_limit", func(s *Spec) { s.PidsLimit = 64 }), host: pod, errField: "pids_limit"},
-		{name: "lacking no-network", spec: mod(func(s *Spec) { s.Network = false }), host: pod, errField: "network"},
+		{name: "lacking no-network", spec: mod(func(s *Spec) { s.Network = false }), host: noNetworkless, errField: "network"},
+		{name: "a Pod without network: --network none (its NetworkPolicy)", spec: mod(func(s *Spec) { s.Network = false; s.Persistent = false }), host: pod, want: []string{"--network none"}, warn: "podPidsLimit), not per Pod"},
 		{name: "lacking disk quota", spec: mod(func(s *Spec) { s.DiskMB = 10 }), host: pod, errField: "disk"},
 		{name: "lacking run flags", spec: mod(func(s *Spec) { s.ExtraArgs = []string{"--gpus=all"} }), host: pod, errField: "extra_args"},
 		{name: "no host dirs refuses volumes", spec: mod(func(s *Spec) { s.Volumes = []string{"/a:/b"} }), host: pod, errField: "volumes"},

@@ -66,6 +66,12 @@ cap exec_missing exec cap-nonexist -c sandbox -- true
 cap exec_done exec cap-done -c sandbox -- true
 cap exec_words exec cap-run -c sandbox -- sh -c 'echo "command terminated with exit code 7" >&2; exit 1'
 echo stdin-ok | cap exec_stdin exec -i cap-run -c sandbox -- cat
+# network = off / allow: the Pod's deny-all NetworkPolicy, owned by it
+runuid=$("$bin" get pod cap-run -o 'jsonpath={.metadata.uid}')
+echo '{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"generateName":"cap-run-deny-","labels":{"hsbx.profile":"cap","hsbx.task":"cap-run"},
+ "ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"cap-run","uid":"'"$runuid"'"}]},
+ "spec":{"podSelector":{"matchLabels":{"hsbx.profile":"cap","hsbx.task":"cap-run"}},"policyTypes":["Ingress","Egress"]}}' |
+  cap create_network_policy create -f - -o json
 cap delete_missing delete pod cap-nonexist --wait=false
 cap delete_run delete pod cap-run --wait=false
 cap delete_done delete pod cap-done cap-bad-image --wait=false

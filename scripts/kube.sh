@@ -11,6 +11,12 @@
 #                   scripts/kube.sh --smoke [DIR]  a pod, exec, exit codes, stdin, delete
 # Afterwards:       . DIR/env.sh                    (KUBECONFIG, PATH, HSBX_IT_KUBECTL)
 #
+# Network policy: the bridge CNI enforces none, so this script runs
+# scripts/netpolicy (built from this checkout), which keeps an iptables
+# chain equal to the cluster's deny-all NetworkPolicies: what hsbx's
+# network = off and allow stand on. A namespace labelled
+# hsbx.dev/netpolicy=off is left alone (a cluster that enforces nothing).
+#
 # Storage: the class hsbx-local, served by a small provisioner this script
 # runs (--provisioner, two kubectl watches): each claim of the class gets a
 # hostPath volume under DIR/volumes, deleted with the claim. It is what a
@@ -46,7 +52,7 @@ class=hsbx-local
 
 deps() {
   local need=()
-  for p in etcd-server containerd runc containernetworking-plugins busybox-static gcc libc6-dev openssl iproute2; do
+  for p in etcd-server containerd runc containernetworking-plugins busybox-static gcc libc6-dev openssl iproute2 iptables; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
   done
   if [ ${#need[@]} -gt 0 ]; then
@@ -200,6 +206,7 @@ start() {
   if running kubelet && kubectl get --raw /readyz >/dev/null 2>&1; then
     say "already running"
     storage
+    netpolicy
     write_env
     return
   fi
@@ -299,6 +306,7 @@ EOF
   wait_for 90 "node $node" node_ready
   wait_for 60 "the default service account" kubectl get serviceaccount default
   storage
+  netpolicy
   write_env
   say "ready: . $dir/env.sh"
 }
@@ -320,6 +328,15 @@ storage() {
  "provisioner":"hsbx.dev/hostpath","reclaimPolicy":"Delete","volumeBindingMode":"Immediate"}
 EOF
   running provisioner || daemon provisioner bash "$self" --provisioner "$dir"
+}
+
+# netpolicy: the enforcer of deny-all NetworkPolicies (scripts/netpolicy),
+# rebuilt from this checkout each start, its chain in place before ready.
+netpolicy() {
+  running netpolicy && return
+  (cd "$(dirname "$self")/.." && go build -o "$dir/netpolicy" ./scripts/netpolicy) || die "building scripts/netpolicy failed"
+  daemon netpolicy "$dir/netpolicy" -server https://127.0.0.1:6443 -ca "$pki/ca.crt" -cert "$pki/admin.crt" -key "$pki/admin.key"
+  wait_for 30 "the network policy enforcer" grep -q 'rule(s) in HSBX-NETPOL' "$dir/logs/netpolicy.log"
 }
 
 # provisioner: the hsbx-local class's external provisioner. A claim of the
@@ -378,6 +395,7 @@ stop() {
     for _ in $(seq 1 60); do [ -z "$("${ctr[@]}" tasks ls -q 2>/dev/null)" ] && break; sleep 0.5; done
   fi
   if running provisioner; then kill -- "-$(cat "$dir/run/provisioner.pid")" 2>/dev/null || true; fi # its process group: the watches too
+  stopproc netpolicy # it unhooks and deletes its chain on TERM
   for t in provisioner kubelet kube-scheduler kube-controller-manager kube-apiserver; do stopproc "$t"; done
   if running containerd; then
     for t in $("${ctr[@]}" tasks ls -q 2>/dev/null); do "${ctr[@]}" tasks kill -s KILL "$t" 2>/dev/null || true; done

@@ -114,6 +114,7 @@ func TestScripts(t *testing.T) {
 			"cgo-hsbx":      cgoHsbxCmd,
 			"doc-block":     docBlock,
 			"env-file":      envFile,
+			"listen":        listen,
 		},
 	})
 }
@@ -650,4 +651,24 @@ func docBlock(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("%s: the code block after <!-- %s --> does not end", doc, marker)
 	}
 	ts.Check(os.WriteFile(ts.MkAbs(args[2]), []byte(code+"\n"), 0o644))
+}
+
+// listen ADDR: a TCP listener on ADDR for the rest of the script, which
+// accepts every connection and closes it (a server something can reach).
+func listen(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: listen ADDR")
+	}
+	ln, err := net.Listen("tcp", args[0])
+	ts.Check(err)
+	ts.Defer(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/internal/wire"
@@ -32,6 +33,10 @@ import (
 //	                   rename this binary to NAME in its own directory (when
 //	                   hsbx copied it in under a name of its own), then run MODE
 //	features           print wire.AgentFeatures (what this agent can do)
+//	unreachable WAIT ADDR...
+//	                   connect to each TCP ADDR until none answers or WAIT
+//	                   (a duration) has passed; print those that still
+//	                   answer, one a line, and exit 1 if any does
 //
 // copy-out and copy-in exit wire.ExitUseEngine, having written nothing, when
 // the copy is the engine's to make.
@@ -54,6 +59,19 @@ func RunMode(args []string, build string) (code int, ok bool) {
 	case len(args) == 1 && args[0] == "agent":
 		if err := Serve(os.Stdin, os.Stdout, build); err != nil {
 			return fail(err), true
+		}
+		return 0, true
+	case len(args) >= 3 && args[0] == "unreachable":
+		wait, err := time.ParseDuration(args[1])
+		if err != nil {
+			return fail(err), true
+		}
+		open := Unreachable(wait, args[2:])
+		for _, a := range open {
+			os.Stdout.WriteString(a + "\n")
+		}
+		if len(open) > 0 {
+			return 1, true
 		}
 		return 0, true
 	case len(args) == 2 && args[0] == "kill-marked":

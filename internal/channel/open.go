@@ -169,50 +169,84 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 // the way to stop a command in a sandbox without the shell that hsbx's
 // kill script needs. It returns how many processes it reached.
 func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
-	digest, bytesOf, err := agentBin(ctx, a)
+	out, err := runMode(ctx, a, a.Runtime.CallTimeout(), false, "kill-marked", marker)
 	if err != nil {
 		return 0, err
 	}
+	var n int
+	if _, err := fmt.Sscan(out, &n); err != nil {
+		return 0, fmt.Errorf("the agent's kill printed %q, not a count", clip(out))
+	}
+	return n, nil
+}
+
+// Unreachable runs `AGENT unreachable WAIT ADDR...` in a's sandbox (one
+// plain exec, installing the agent first when it is missing) and returns
+// the TCP addresses the sandbox could still connect to after wait: none
+// when every one is out of its reach.
+func Unreachable(ctx context.Context, a Agent, wait time.Duration, addrs []string) ([]string, error) {
+	out, err := runMode(ctx, a, a.Runtime.CallTimeout()+wait+time.Duration(len(addrs))*time.Second, true,
+		append([]string{"unreachable", wait.String()}, addrs...)...)
+	if err != nil {
+		return nil, err
+	}
+	var open []string
+	for l := range strings.Lines(out) {
+		if l = strings.TrimSpace(l); l != "" {
+			open = append(open, l)
+		}
+	}
+	if len(open) == 0 && strings.TrimSpace(out) != "" {
+		return nil, fmt.Errorf("the agent's reach test printed %q", clip(out))
+	}
+	return open, nil
+}
+
+// runMode runs one of the agent's one-shot modes (args) as a plain exec
+// and returns what it printed; exit 1 is an answer too when one is
+// allowed (the mode printed what it found). The agent is installed first
+// when it is missing.
+func runMode(ctx context.Context, a Agent, timeout time.Duration, one bool, args ...string) (string, error) {
+	digest, bytesOf, err := agentBin(ctx, a)
+	if err != nil {
+		return "", err
+	}
 	path := agentPath(digest)
-	run := func(agent []string) (int, int, error) {
+	run := func(agent []string) (string, int, error) {
 		var out strings.Builder
 		errb := &proc.TailBuffer{Max: 4 << 10}
-		code, err := a.Runtime.Exec(ctx, runtime.ExecSpec{ID: a.ID, Cmd: append(agent, "kill-marked", marker), User: a.User,
-			Stdout: &out, Stderr: errb, Timeout: a.Runtime.CallTimeout()})
-		if err != nil || code != 0 {
-			return 0, code, err
+		code, err := a.Runtime.Exec(ctx, runtime.ExecSpec{ID: a.ID, Cmd: append(agent, args...), User: a.User,
+			Stdout: &out, Stderr: errb, Timeout: timeout})
+		if err == nil && code == 1 && one {
+			code = 0
 		}
-		var n int
-		if _, err := fmt.Sscan(out.String(), &n); err != nil {
-			return 0, code, fmt.Errorf("the agent's kill printed %q, not a count", clip(out.String()))
-		}
-		return n, 0, nil
+		return out.String(), code, err
 	}
-	n, code, err := run([]string{path})
+	out, code, err := run([]string{path})
 	if err == nil && code == 0 {
-		return n, nil
+		return out, nil
 	}
 	if passing(err) || ctx.Err() != nil {
-		return 0, err
+		return "", err
 	}
 	bin, err := bytesOf()
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	ierr, err := installAndRun(ctx, a, path, bin, func(agent []string) (err error) {
-		n, code, err = run(agent)
+		out, code, err = run(agent)
 		if err == nil && code != 0 {
-			err = fmt.Errorf("the agent's kill exited %d", code)
+			err = fmt.Errorf("the agent's %s exited %d", args[0], code)
 		}
 		return err
 	})
 	if ierr != nil {
-		return 0, ierr
+		return "", ierr
 	}
 	if err != nil {
-		return 0, err
+		return "", err
 	}
-	return n, nil
+	return out, nil
 }
 
 // installAndRun installs the agent with the engine's cp and runs it

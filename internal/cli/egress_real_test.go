@@ -15,6 +15,7 @@ import (
 	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/runtime"
 )
 
 // network = allow keeps working after the hsbx that made the sandbox has
@@ -23,9 +24,30 @@ import (
 // through the relay, and `hsbx netlog` shows the decision — on the real
 // engines. The holder is this test binary (TestMain).
 func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
-	for _, tg := range cliTargets(t) {
+	targets := cliTargets(t)
+	if kt, ok := enginetest.KubeIfConfigured(t); ok {
+		// the cluster too: its Pod is kept off the network by a
+		// NetworkPolicy, and the relay runs over kubectl exec
+		dir := t.TempDir()
+		targets = append(targets, struct {
+			enginetest.Target
+			environ []string
+		}{kt, append(append([]string{}, kt.Env...), "HSBX_RUNTIME="+kt.Bin, "HSBX_KUBE_NAMESPACE="+kt.Kube.Namespace,
+			"HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+dir, "TERMINAL_DOCKER_IMAGE="+kt.Image,
+			"TERMINAL_CONTAINER_PERSISTENT=false", "HSBX_PROFILE=hsbx-clitest", "TERMINAL_DOCKER_ORPHAN_REAPER=false")})
+	}
+	for _, tg := range targets {
 		if tg.Fake {
 			continue // the fakes' sandboxes have the host's network: internal/channel's TestRelay*
+		}
+		// engineExec runs argv in the sandbox with the engine's own exec,
+		// no hsbx involved.
+		engineExec := func(id string, argv ...string) []string {
+			if tg.Dialect() == runtime.Kubectl {
+				_, name, _ := strings.Cut(id, "/")
+				return append([]string{tg.Bin, "--namespace", tg.Kube.Namespace, "exec", name, "-c", "sandbox", "--"}, argv...)
+			}
+			return append([]string{tg.Bin, "exec", id}, argv...)
 		}
 		t.Run(tg.Name, func(t *testing.T) {
 			host := enginetest.HostAddress(t)
@@ -60,7 +82,7 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 			time.Sleep(3 * time.Second) // past the holder's idle time: a holder that relays stays
 			fetch := func() string {
 				res, err := (&proc.Runner{}).Run(context.Background(), proc.Cmd{Env: tg.Env, Timeout: time.Minute,
-					Argv: []string{tg.Bin, "exec", id, "sh", "-c", `printf 'GET http://%s/ HTTP/1.0\r\n\r\n' "$0" | nc 127.0.0.1 3128`, dest}})
+					Argv: engineExec(id, "sh", "-c", `printf 'GET http://%s/ HTTP/1.0\r\n\r\n' "$0" | nc 127.0.0.1 3128`, dest)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -77,7 +99,7 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 			}
 			// Refused: an address the list does not name.
 			other := strings.Replace(dest, host, "127.0.0.1", 1)
-			if got := fetch2(t, tg.Bin, tg.Env, id, other); !strings.Contains(got, "403") {
+			if got := fetch2(t, tg.Env, engineExec(id, "sh", "-c", `printf 'GET http://%s/ HTTP/1.0\r\n\r\n' "$0" | nc 127.0.0.1 3128`, other)); !strings.Contains(got, "403") {
 				t.Fatalf("refused destination: %q", got)
 			}
 			code, out, errOut := runMain(t, env, "netlog", "--task", task, "--json")
@@ -104,7 +126,7 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 			// A hostile process kills the agent: the relay is gone and
 			// nothing gets out; the next hsbx command brings it back.
 			_, _ = (&proc.Runner{}).Run(context.Background(), proc.Cmd{Env: tg.Env, Timeout: time.Minute,
-				Argv: []string{tg.Bin, "exec", id, "sh", "-c", `for p in /proc/[0-9]*; do grep -q '[h]sbx-agent' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done; true`}})
+				Argv: engineExec(id, "sh", "-c", `for p in /proc/[0-9]*; do grep -q '[h]sbx-agent' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done; true`)})
 			time.Sleep(time.Second)
 			if got := fetch(); strings.Contains(got, "reached") {
 				t.Fatalf("with the agent killed, a request still got out: %q", got)
@@ -124,10 +146,9 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 	}
 }
 
-func fetch2(t *testing.T, bin string, env []string, id, dest string) string {
+func fetch2(t *testing.T, env, argv []string) string {
 	t.Helper()
-	res, err := (&proc.Runner{}).Run(context.Background(), proc.Cmd{Env: env, Timeout: time.Minute,
-		Argv: []string{bin, "exec", id, "sh", "-c", `printf 'GET http://%s/ HTTP/1.0\r\n\r\n' "$0" | nc 127.0.0.1 3128`, dest}})
+	res, err := (&proc.Runner{}).Run(context.Background(), proc.Cmd{Env: env, Timeout: time.Minute, Argv: argv})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -33,8 +34,9 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime      = (*Runtime)(nil)
-	_ runtime.ClaimRemover = (*Runtime)(nil)
+	_ runtime.Runtime       = (*Runtime)(nil)
+	_ runtime.ClaimRemover  = (*Runtime)(nil)
+	_ runtime.PolicyNetwork = (*Runtime)(nil)
 )
 
 // Target names where kubectl works: a kubeconfig context and a namespace
@@ -67,7 +69,6 @@ func (r *Runtime) CallTimeout() time.Duration { return r.timeout }
 // environment values ride on its stdin. What a Pod lacks is in Lacks.
 func (r *Runtime) Capabilities() runtime.Capabilities {
 	return runtime.Capabilities{CopyReachesMemoryMounts: true, CopyRunsInside: true, ListsOCIRuntimes: true, ExecEnvInBand: true, Lacks: map[runtime.Feature]string{
-		runtime.NoNetwork: "an air-gapped Pod needs a NetworkPolicy that the cluster's CNI enforces, which the kubectl runtime does not create or check yet; it will not make a Pod that looks air-gapped but is not",
 		runtime.PidsLimit: "Kubernetes sets the pids limit per node (the kubelet's podPidsLimit), not per Pod",
 		runtime.DiskQuota: "the kubectl runtime does not set ephemeral-storage limits yet",
 		runtime.RunFlags:  "extra_args are docker/podman run flags, which a Pod does not take",
@@ -284,7 +285,14 @@ func (r *Runtime) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 		return "", fmt.Errorf("%w: kubectl create printed %.200q where a Pod was expected", runtime.ErrBadOutput, res.Stdout)
 	}
 	id := ID(ps[0].Metadata.UID, ps[0].Metadata.Name)
-	if err := r.waitRunning(ctx, id, 4*r.timeout); err != nil {
+	err = nil
+	if ps[0].Metadata.Labels[NetworkLabel] == "none" {
+		err = r.denyNetwork(ctx, m, ps[0].Metadata.UID)
+	}
+	if err == nil {
+		err = r.waitRunning(ctx, id, 4*r.timeout)
+	}
+	if err != nil {
 		// This call made the Pod (its uid says which): remove it rather
 		// than leave a Pod that may yet start with no one to use it.
 		if rerr := r.remove(context.WithoutCancel(ctx), true, time.Second, []string{id}); rerr != nil {
@@ -293,6 +301,55 @@ func (r *Runtime) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 		return "", undoClaims(err)
 	}
 	return id, nil
+}
+
+// denyNetwork creates the NetworkPolicy that keeps the Pod made from
+// podJSON (uid) off the network, owned by it. Whether the cluster enforces
+// it is the lifecycle's to prove (ReachTargets).
+func (r *Runtime) denyNetwork(ctx context.Context, podJSON []byte, uid string) error {
+	m, err := NetworkPolicyManifest(podJSON, uid)
+	if err != nil {
+		return err
+	}
+	res, err := r.call(ctx, []string{"create", "-f", "-", "-o", "json"}, bytes.NewReader(m), r.timeout)
+	if err != nil {
+		return fmt.Errorf("creating the NetworkPolicy that keeps the Pod off the network: %w", err)
+	}
+	var np struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			Name            string `json:"name"`
+			OwnerReferences []struct {
+				UID string `json:"uid"`
+			} `json:"ownerReferences"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(res.Stdout), &np); err != nil || np.Kind != "NetworkPolicy" || np.Metadata.Name == "" ||
+		len(np.Metadata.OwnerReferences) != 1 || np.Metadata.OwnerReferences[0].UID != uid {
+		return fmt.Errorf("%w: kubectl create printed %.200q where the Pod's NetworkPolicy was expected", runtime.ErrBadOutput, res.Stdout)
+	}
+	return nil
+}
+
+// ReachTargets implements runtime.PolicyNetwork: the kubelet of the Pod's
+// node (its hostIP, port 10250), which any Pod can connect to unless a
+// policy stops it.
+func (r *Runtime) ReachTargets(ctx context.Context, id string) ([]string, error) {
+	uid, name := splitID(id)
+	ps, err := r.get(ctx, "", name)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(ps, func(p pod) bool { return p.Metadata.UID == uid })
+	if i < 0 {
+		return nil, &runtime.EngineError{Kind: runtime.ErrNotFound, Argv: r.argv("get", "pods", name),
+			Stderr: fmt.Sprintf("pod %s (uid %s) is gone", name, uid)}
+	}
+	ip := ps[i].Status.HostIP
+	if net.ParseIP(ip) == nil {
+		return nil, fmt.Errorf("%w: pod %s has no node address (hostIP %q)", runtime.ErrBadOutput, name, ip)
+	}
+	return []string{net.JoinHostPort(ip, "10250")}, nil
 }
 
 // fatalWaiting are the reasons a Pod's container waits for something that

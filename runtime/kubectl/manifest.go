@@ -128,6 +128,8 @@ type emptyDirJSON struct {
 //   - --cpus, --memory: resources.limits (requests RequestCPU and
 //     RequestMemory: a cap, not a reservation, as on docker)
 //   - --user UID:GID: runAsUser/runAsGroup
+//   - --network none: the label NetworkLabel=none, which Run's NetworkPolicy
+//     (NetworkPolicyManifest) selects the Pod by, with all its labels
 //   - --mount type=volume,source=CLAIM,target=PATH,volume-subpath=DIR: the
 //     PersistentVolumeClaim CLAIM (one of RunSpec.Claims) mounted at PATH,
 //     its directory DIR (a subPath)
@@ -189,6 +191,7 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 		return nil
 	}
 	limits := map[string]string{}
+	noNetwork := false
 	args := s.Args
 	for i := 0; i < len(args); i++ {
 		flag, val, hasVal := strings.Cut(args[i], "=")
@@ -212,6 +215,15 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 			p.Spec.ShareProcessNamespace = &yes
 		case "-w", "--workdir":
 			c.WorkingDir, err = needs()
+		case "--network", "--net":
+			var v string
+			if v, err = needs(); err == nil {
+				if v != "none" {
+					err = unsupported(flag + " " + v)
+				} else {
+					noNetwork = true
+				}
+			}
 		case "--runtime": // oci_runtime: the RuntimeClass
 			p.Spec.RuntimeClassName, err = needs()
 		case "--cap-drop", "--cap-add":
@@ -301,8 +313,48 @@ func Manifest(s runtime.RunSpec) ([]byte, error) {
 			c.Resources.Requests["memory"] = RequestMemory
 		}
 	}
+	if noNetwork {
+		p.Metadata.Labels[NetworkLabel] = "none"
+	}
 	p.Spec.Containers = []containerJSON{c}
 	return json.Marshal(p)
+}
+
+// NetworkLabel marks a Pod made with --network none (network = off or
+// allow): Run gives it a NetworkPolicy that denies it every connection in
+// and out, and Inspect reports its NetworkMode as "none".
+const NetworkLabel = "hsbx.network"
+
+// NetworkPolicyManifest is the NetworkPolicy that keeps the Pod made from
+// podJSON (Manifest's output) off the network: every connection in and
+// out denied (policyTypes Ingress and Egress with no rules), selecting the
+// Pod by all its labels (the creation's nonce among them, so no other Pod
+// is selected), owned by the Pod (uid) so that the cluster deletes it with
+// the Pod, and named from the Pod with a suffix the API server makes
+// unique (a policy of an earlier Pod of that name may not be gone yet).
+func NetworkPolicyManifest(podJSON []byte, uid string) ([]byte, error) {
+	var p podManifest
+	if err := json.Unmarshal(podJSON, &p); err != nil {
+		return nil, fmt.Errorf("network policy: %w", err)
+	}
+	prefix := p.Metadata.Name
+	if len(prefix) > 200 {
+		prefix = strings.TrimRight(prefix[:200], "-.")
+	}
+	type owner struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Name       string `json:"name"`
+		UID        string `json:"uid"`
+	}
+	np := map[string]any{
+		"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+		"metadata": map[string]any{"generateName": prefix + "-deny-", "labels": p.Metadata.Labels,
+			"ownerReferences": []owner{{APIVersion: "v1", Kind: "Pod", Name: p.Metadata.Name, UID: uid}}},
+		"spec": map[string]any{"podSelector": map[string]any{"matchLabels": p.Metadata.Labels},
+			"policyTypes": []string{"Ingress", "Egress"}},
+	}
+	return json.Marshal(np)
 }
 
 // metadata is an object's name, labels and annotations: label values a

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,7 +85,7 @@ func TestManifestMapsHardening(t *testing.T) {
 func TestManifestRefusesWhatAPodCannotDo(t *testing.T) {
 	for _, args := range [][]string{
 		{"-v", "/host:/workspace"},
-		{"--network", "none"},
+		{"--network", "bridge"},
 		{"--pids-limit", "256"},
 		{"--storage-opt", "size=1g"},
 		{"--privileged"},
@@ -107,6 +109,56 @@ func TestManifestRefusesWhatAPodCannotDo(t *testing.T) {
 	}
 	if _, err := Manifest(runtime.RunSpec{Name: "___", Image: "i"}); err == nil {
 		t.Error("a name with no valid character: no error")
+	}
+}
+
+// --network none is a label the Pod's deny-all NetworkPolicy selects it
+// by (with every other label, the creation's nonce among them), and the
+// policy is owned by the Pod.
+func TestManifestNoNetworkPolicy(t *testing.T) {
+	labels := map[string]string{"hsbx.profile": "p", "hsbx.nonce": "0123abcd", "hsbx.config": strings.Repeat("x", 80)}
+	pod, err := Manifest(runtime.RunSpec{Name: "hsbx-p-t-abc", Image: "i", Labels: labels, Args: []string{"--network", "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Metadata struct{ Labels map[string]string }
+	}
+	if err := json.Unmarshal(pod, &p); err != nil || p.Metadata.Labels[NetworkLabel] != "none" {
+		t.Fatalf("pod labels %v (%v), want %s=none", p.Metadata.Labels, err, NetworkLabel)
+	}
+	np, err := NetworkPolicyManifest(pod, "uid-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Kind     string
+		Metadata struct {
+			GenerateName    string
+			OwnerReferences []struct{ APIVersion, Kind, Name, UID string }
+		}
+		Spec struct {
+			PodSelector struct{ MatchLabels map[string]string }
+			PolicyTypes []string
+			Ingress     []any
+			Egress      []any
+		}
+	}
+	if err := json.Unmarshal(np, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Kind != "NetworkPolicy" || got.Metadata.GenerateName != "hsbx-p-t-abc-deny-" ||
+		len(got.Metadata.OwnerReferences) != 1 || got.Metadata.OwnerReferences[0].UID != "uid-1" || got.Metadata.OwnerReferences[0].Kind != "Pod" {
+		t.Errorf("policy metadata: %s", np)
+	}
+	if !maps.Equal(got.Spec.PodSelector.MatchLabels, p.Metadata.Labels) || got.Spec.PodSelector.MatchLabels["hsbx.nonce"] != "0123abcd" {
+		t.Errorf("selector %v, want the Pod's labels %v", got.Spec.PodSelector.MatchLabels, p.Metadata.Labels)
+	}
+	if !slices.Equal(got.Spec.PolicyTypes, []string{"Ingress", "Egress"}) || got.Spec.Ingress != nil || got.Spec.Egress != nil {
+		t.Errorf("policy spec: %s (want both types, no rules: deny all)", np)
+	}
+	if without, _ := Manifest(runtime.RunSpec{Name: "x", Image: "i", Labels: labels}); bytes.Contains(without, []byte(NetworkLabel)) {
+		t.Errorf("a networked Pod is labelled %s: %s", NetworkLabel, without)
 	}
 }
 

@@ -47,6 +47,7 @@ type pod struct {
 	} `json:"spec"`
 	Status struct {
 		Phase             string            `json:"phase"`
+		HostIP            string            `json:"hostIP"`
 		ContainerStatuses []containerStatus `json:"containerStatuses"`
 		Conditions        []struct {
 			Type    string `json:"type"`
@@ -139,6 +140,9 @@ func (p pod) container() (runtime.Container, error) {
 		c.Image = p.Spec.Containers[0].Image
 	}
 	c.OCIRuntime = p.Spec.RuntimeClassName
+	if p.Metadata.Labels[NetworkLabel] == "none" {
+		c.NetworkMode = "none" // its NetworkPolicy's, proved when it was made
+	}
 	var err error
 	if c.Created, err = timestamp(p.Metadata.CreationTimestamp); err != nil {
 		return c, err
