@@ -100,7 +100,7 @@ func egressRows(ctx context.Context, e *engine) []row {
 	}
 	// The relay is up once a small request through it answers.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		out := run(ctx, os.Environ(), e.bin, "exec", allow, "sh", "-c", relayed("/small"))
+		out := run(ctx, os.Environ(), e.engineExec(allow, "sh", "-c", relayed("/small"))...)
 		if strings.HasSuffix(string(out.Stdout), "ok\n") {
 			break
 		}
@@ -109,7 +109,7 @@ func egressRows(ctx context.Context, e *engine) []row {
 		}
 	}
 	download := func(id, script string) time.Duration {
-		res := must(ctx, os.Environ(), e.bin, "exec", id, "sh", "-c", script+" | wc -c")
+		res := must(ctx, os.Environ(), e.engineExec(id, "sh", "-c", script+" | wc -c")...)
 		if n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); n < egressSize {
 			fail("%s: a download got %d bytes", e.name, n)
 		}
@@ -132,10 +132,10 @@ func egressRows(ctx context.Context, e *engine) []row {
 	}
 	hs, bs := pair(ctx, e, n,
 		func() time.Duration {
-			return must(ctx, os.Environ(), e.bin, "exec", allow, "sh", "-c", loop(relayed("/small"))).Elapsed
+			return must(ctx, os.Environ(), e.engineExec(allow, "sh", "-c", loop(relayed("/small")))...).Elapsed
 		},
 		func() time.Duration {
-			return must(ctx, os.Environ(), e.bin, "exec", on, "sh", "-c", loop(direct("/small"))).Elapsed
+			return must(ctx, os.Environ(), e.engineExec(on, "sh", "-c", loop(direct("/small")))...).Elapsed
 		})
 	setup := row{"egress: 20 sequential small requests (connection set-up) through the allow relay vs direct with network = on, one exec each",
 		ms(hs), ms(bs), fmt.Sprintf("%.3f", float64(hs)/float64(bs)), "—", fmt.Sprintf("%.1f ms a connection through the relay, %.1f ms direct (one exec's cost in both)", float64(hs.Microseconds())/20e3, float64(bs.Microseconds())/20e3)}

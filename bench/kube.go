@@ -51,6 +51,10 @@ func kubeBench(ctx context.Context) string {
 		return must(ctx, os.Environ(), kc("exec", pod, "-c", "sandbox", "--", "true")...).Elapsed
 	}
 	e.rawExec = "kubectl exec POD -- true"
+	e.execIn = func(id string, argv ...string) []string {
+		_, p, _ := strings.Cut(id, "/")
+		return kc(append([]string{"exec", p, "-c", "sandbox", "--"}, argv...)...)
+	}
 	lib, libTimes := libraryExec(ctx, e, func(id string) []string {
 		_, p, _ := strings.Cut(id, "/")
 		return kc("exec", "-i", p, "-c", "sandbox", "--", "sh")
@@ -69,6 +73,8 @@ func kubeBench(ctx context.Context) string {
 	rows = append(rows, smallCopies(ctx, e, "kubectl cp", func(src, dst string) []string {
 		return kc("cp", "-c", "sandbox", strings.Replace(src, ":", pod+":", 1), strings.Replace(dst, ":", pod+":", 1))
 	})...)
+	rows = append(rows, egressRows(ctx, e)...)
+	rows = append(rows, kubeOffUp(ctx, e))
 	b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)
@@ -140,4 +146,21 @@ func kubeReap(ctx context.Context, e *engine, kc func(...string) []string) strin
 	bt := time.Since(start)
 	fmt.Fprintf(&b, "| %d | %d | %s | %d | %s | %.1f× |\n\n", n, hcalls, ms(res.Elapsed), bcalls, ms(bt), float64(bt)/float64(res.Elapsed))
 	return b.String()
+}
+
+// kubeOffUp is what network = off costs a cold `up` on a cluster: the
+// Pod's NetworkPolicy, and the test from inside that it is enforced
+// (docs/containment.md), against the same `up` with network = on.
+func kubeOffUp(ctx context.Context, e *engine) row {
+	n := max(*cold, 3)
+	up := func(mode string) func() time.Duration {
+		return func() time.Duration {
+			d := must(ctx, e.env, e.hsbx("up", "--task", "cold-"+mode, "--network", mode)...).Elapsed
+			must(ctx, e.env, e.hsbx("down", "--task", "cold-"+mode)...)
+			return d
+		}
+	}
+	h, b := pair(ctx, e, n, up("off"), up("on"))
+	return row{"cold `up` with network = off (a NetworkPolicy, proved enforced from inside) vs network = on",
+		ms(h), ms(b), fmt.Sprintf("%.3f", float64(h)/float64(b)), "—", fmt.Sprintf("+%.2f s", (h-b).Seconds())}
 }

@@ -47,6 +47,17 @@ type engine struct {
 	channelExec               time.Duration // warm exec through the channel (median)
 	firstExec                 time.Duration // first exec of a fresh sandbox, channel on (median)
 	rawExec                   string        // the raw exec baseline, as the tables name it
+	// execIn is the engine's own exec of argv in the sandbox id, no hsbx
+	// involved (nil: BIN exec ID).
+	execIn func(id string, argv ...string) []string
+}
+
+// engineExec is e's own exec of argv in the sandbox id.
+func (e *engine) engineExec(id string, argv ...string) []string {
+	if e.execIn != nil {
+		return e.execIn(id, argv...)
+	}
+	return append([]string{e.bin, "exec", id}, argv...)
 }
 
 var runner = &proc.Runner{}
