@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,11 @@ type Proxy struct {
 	HeadTimeout time.Duration
 	// DialTimeout bounds a connect (0: 15s).
 	DialTimeout time.Duration
+	// Broker, when set, brokers the sandbox's secrets (broker.go).
+	Broker *Broker
+	// RootCAs verify the hosts the broker makes TLS connections to (nil:
+	// the host's roots, SSL_CERT_FILE and SSL_CERT_DIR honoured).
+	RootCAs *x509.CertPool
 }
 
 // Record is one line of the network log.
@@ -59,6 +65,9 @@ type Record struct {
 	BytesOut   int64 `json:"bytes_out"`
 	BytesIn    int64 `json:"bytes_in"`
 	DurationMS int64 `json:"duration_ms"`
+	// Secrets are the brokered secrets whose values went into the
+	// request (by name: a value is never logged).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // maxHead bounds a request's head.
@@ -72,11 +81,7 @@ func (p *Proxy) Serve(ctx context.Context, c Conn) {
 	defer c.Close()
 	start := time.Now()
 	rec := Record{Time: start}
-	timeout := p.HeadTimeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-	timer := time.AfterFunc(timeout, func() { _ = c.Close() })
+	timer := time.AfterFunc(p.headTimeout(), func() { _ = c.Close() })
 	br := bufio.NewReaderSize(c, 16<<10)
 	req, err := readHead(br)
 	timer.Stop()
@@ -103,6 +108,37 @@ func (p *Proxy) Serve(ctx context.Context, c Conn) {
 		return
 	}
 	defer up.Close()
+	if p.Broker != nil && len(p.Broker.Secrets) > 0 {
+		dest := net.JoinHostPort(req.host, strconv.Itoa(req.port))
+		ours := p.Broker.For(req.host, req.port)
+		switch {
+		case req.method == "CONNECT" && len(ours) > 0:
+			p.brokerTLS(ctx, c, br, up, req.host, req.port, ours, rec, start)
+			return
+		case req.method != "CONNECT":
+			p.brokerPlain(c, br, up, req.forward, ours, dest, &rec)
+			p.log(rec, start)
+			return
+		}
+		// A tunnel to anywhere else: passed through, watched for the
+		// placeholders on the way out.
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			p.log(rec, start)
+			return
+		}
+		var first []byte
+		if n := br.Buffered(); n > 0 {
+			b, _ := br.Peek(n)
+			first = append(first, b...)
+		}
+		sc := &scanner{b: p.Broker, dest: dest, w: up}
+		rec.BytesOut, rec.BytesIn = spliceVia(c, up, first, sc)
+		if sc.err != nil {
+			rec.Allowed, rec.Rule, rec.Reason = false, "", sc.err.Error()
+		}
+		p.log(rec, start)
+		return
+	}
 	var first []byte
 	if req.method == "CONNECT" {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
@@ -128,12 +164,22 @@ func (p *Proxy) log(rec Record, start time.Time) {
 	}
 }
 
-func (p *Proxy) dial(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
-	d := p.DialTimeout
-	if d <= 0 {
-		d = 15 * time.Second
+func (p *Proxy) headTimeout() time.Duration {
+	if p.HeadTimeout <= 0 {
+		return 30 * time.Second
 	}
-	ctx, cancel := context.WithTimeout(ctx, d)
+	return p.HeadTimeout
+}
+
+func (p *Proxy) dialTimeout() time.Duration {
+	if p.DialTimeout <= 0 {
+		return 15 * time.Second
+	}
+	return p.DialTimeout
+}
+
+func (p *Proxy) dial(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout())
 	defer cancel()
 	if p.Dial != nil {
 		return p.Dial(ctx, a)
@@ -150,6 +196,16 @@ const copyBuf = 128 << 10
 // splice copies both ways until both are done; a side's end of data is
 // passed on as a half close. It returns the bytes each way.
 func splice(c Conn, up net.Conn, first []byte) (out, in int64) {
+	return spliceVia(c, up, first, nil)
+}
+
+// spliceVia is splice with what goes out written through sc (nil: none),
+// which watches it for placeholders and is flushed at the end.
+func spliceVia(c Conn, up net.Conn, first []byte, sc *scanner) (out, in int64) {
+	var w io.Writer = up
+	if sc != nil {
+		w = sc
+	}
 	var wg sync.WaitGroup
 	var sent atomic.Int64
 	wg.Add(1)
@@ -157,16 +213,25 @@ func splice(c Conn, up net.Conn, first []byte) (out, in int64) {
 		defer wg.Done()
 		n := int64(0)
 		if len(first) > 0 {
-			m, err := up.Write(first)
+			m, err := w.Write(first)
 			n += int64(m)
 			if err != nil {
 				sent.Store(n)
 				_ = up.Close()
+				_ = c.Close()
 				return
 			}
 		}
-		m, _ := io.CopyBuffer(struct{ io.Writer }{up}, struct{ io.Reader }{c}, make([]byte, copyBuf))
+		m, err := io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{c}, make([]byte, copyBuf))
+		if err == nil && sc != nil {
+			err = sc.flush()
+		}
 		sent.Store(n + m)
+		if err != nil && sc != nil && sc.err != nil {
+			_ = up.Close() // a placeholder on its way out: nothing more goes
+			_ = c.Close()
+			return
+		}
 		if tc, ok := up.(interface{ CloseWrite() error }); ok {
 			_ = tc.CloseWrite()
 		} else {

@@ -1,0 +1,260 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The broker's half of the proxy: requests that may carry a secret's
+// value are read (plain HTTP as it comes; HTTPS to a secret's host by
+// terminating the sandbox's TLS with a certificate of the sandbox's own
+// CA and making a TLS connection of the relay's own to the host), the
+// value put in, and everything else watched for the placeholders.
+
+// brokerPlain forwards one plain HTTP request (head already read: its
+// forward form, then br) to up, refusing it when a placeholder is in its
+// head or body, or when dest may receive a secret (ours): values go over
+// HTTPS only.
+func (p *Proxy) brokerPlain(c Conn, br *bufio.Reader, up net.Conn, forward []byte, ours []Secret, dest string, rec *Record) {
+	r, err := http.ReadRequest(bufio.NewReader(io.MultiReader(bytes.NewReader(forward), br)))
+	if err != nil {
+		rec.Error = err.Error()
+		reply(c, 400, "Bad Request", fmt.Sprintf("hsbx egress: %v\n", err))
+		return
+	}
+	if len(ours) > 0 {
+		// A value never crosses the network in clear text.
+		refuseSecret(c, rec, fmt.Errorf("%s may receive secret %s, which is sent over HTTPS only: use https://", dest, ours[0].Name))
+		return
+	}
+	if _, err := p.Broker.inject(r, nil, dest); err != nil {
+		refuseSecret(c, rec, err)
+		return
+	}
+	// A body up to bodyScan is read whole and looked at before anything
+	// is sent; past that it is watched on its way (the placeholder still
+	// never leaves, but what came before it has).
+	held, err := io.ReadAll(io.LimitReader(r.Body, bodyScan+1))
+	if err != nil {
+		rec.Error = err.Error()
+		return
+	}
+	if sec, found := p.Broker.placeholderIn(held); found {
+		refuseSecret(c, rec, &errExfiltration{secret: sec.Name, dest: dest})
+		return
+	}
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(held), r.Body))
+	keepUserAgent(r)
+	out := &countWriter{w: up}
+	sc := &scanner{b: p.Broker, dest: dest, w: out}
+	err = r.Write(sc)
+	if err == nil {
+		err = sc.flush()
+	}
+	rec.BytesOut = out.n
+	var ex *errExfiltration
+	if errors.As(err, &ex) {
+		// The placeholder never left (the scanner holds back what could
+		// be one); what went before it did.
+		_ = up.Close()
+		refuseSecret(c, rec, err)
+		return
+	}
+	if err != nil {
+		rec.Error = err.Error()
+		return
+	}
+	if tc, ok := up.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+	}
+	rec.BytesIn, _ = io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{up}, make([]byte, copyBuf))
+	_ = c.CloseWrite()
+}
+
+// brokerTLS serves a CONNECT to a host that secrets (ours) may go to: the
+// sandbox's TLS is terminated with a certificate for host from the
+// sandbox's CA, each request gets its values and goes to up over a TLS
+// connection the relay makes and verifies, and each is logged.
+func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.Conn, host string, port int, ours []Secret, rec Record, start time.Time) {
+	dest := net.JoinHostPort(host, strconv.Itoa(port))
+	if p.Broker.CA == nil {
+		rec.Allowed, rec.Reason = false, errNoCA.Error()+": the sandbox's secrets cannot be sent (the relay runs on the host that made the sandbox)"
+		reply(c, 403, "Forbidden", "hsbx egress: refused CONNECT "+dest+": "+rec.Reason+"\n")
+		p.log(rec, start)
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	inner := tls.Server(&connAdapter{c: c, r: br}, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return p.Broker.CA.leaf(host)
+		},
+	})
+	hctx, cancel := context.WithTimeout(ctx, p.headTimeout())
+	err := inner.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		rec.Error = "the sandbox's TLS handshake: " + err.Error()
+		p.log(rec, start)
+		return
+	}
+	defer inner.Close()
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: p.RootCAs, NextProtos: []string{"http/1.1"}}
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err != nil {
+		conf.ServerName = host
+	} else {
+		conf.ServerName = strings.Trim(host, "[]") // verified against the certificate's IP addresses
+	}
+	outer := tls.Client(up, conf)
+	hctx, cancel = context.WithTimeout(ctx, p.dialTimeout())
+	err = outer.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		rec.Error = "TLS to " + dest + ": " + err.Error()
+		writeResponse(inner, 502, "Bad Gateway", "hsbx egress: "+rec.Error+"\n")
+		p.log(rec, start)
+		return
+	}
+	cr, ur := bufio.NewReader(inner), bufio.NewReader(outer)
+	for {
+		r, err := http.ReadRequest(cr)
+		if err != nil {
+			return
+		}
+		begin := time.Now()
+		one := rec
+		one.Time, one.Method = begin, r.Method
+		used, err := p.Broker.inject(r, ours, dest)
+		if err != nil {
+			refuseSecret(inner, &one, err)
+			p.log(one, begin)
+			return
+		}
+		one.Secrets = used
+		held, err := io.ReadAll(io.LimitReader(r.Body, bodyScan+1))
+		if err == nil {
+			if sec, found := p.Broker.placeholderIn(held, ours...); found {
+				err = &errExfiltration{secret: sec.Name, dest: dest}
+			}
+		}
+		if err != nil {
+			refuseSecret(inner, &one, err)
+			p.log(one, begin)
+			return
+		}
+		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(held), r.Body))
+		keepUserAgent(r)
+		out := &countWriter{w: outer}
+		sc := &scanner{b: p.Broker, ok: ours, dest: dest, w: out}
+		err = r.Write(sc)
+		if err == nil {
+			err = sc.flush()
+		}
+		if err != nil {
+			one.Error, one.BytesOut = err.Error(), out.n
+			p.log(one, begin)
+			return
+		}
+		resp, err := http.ReadResponse(ur, r)
+		if err != nil {
+			one.Error, one.BytesOut = err.Error(), out.n
+			writeResponse(inner, 502, "Bad Gateway", "hsbx egress: "+dest+": "+err.Error()+"\n")
+			p.log(one, begin)
+			return
+		}
+		in := &countWriter{w: inner}
+		err = resp.Write(in)
+		_ = resp.Body.Close()
+		one.BytesOut, one.BytesIn = out.n, in.n
+		if err != nil {
+			one.Error = err.Error()
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols && err == nil {
+			// An upgrade (a WebSocket): raw both ways from here.
+			o, i := splice(tlsConn{inner}, outer, nil)
+			one.BytesOut, one.BytesIn = one.BytesOut+o, one.BytesIn+i
+			p.log(one, begin)
+			return
+		}
+		p.log(one, begin)
+		if err != nil || r.Close || resp.Close {
+			return
+		}
+	}
+}
+
+// bodyScan is how much of a plain HTTP request's body is read and looked
+// at before the request is sent on.
+const bodyScan = 1 << 20
+
+// refuseSecret answers a request that carried a placeholder where its
+// secret may not go (or whose value could not be had) with a 403, and
+// records why.
+func refuseSecret(w io.Writer, rec *Record, err error) {
+	rec.Allowed, rec.Rule, rec.Reason = false, "", err.Error()
+	writeResponse(w, 403, "Forbidden", "hsbx egress: refused: "+err.Error()+"\n")
+}
+
+func writeResponse(w io.Writer, code int, status, body string) { reply(w, code, status, body) }
+
+// keepUserAgent stops http.Request.Write from adding Go's own User-Agent
+// to a request that had none.
+func keepUserAgent(r *http.Request) {
+	if _, ok := r.Header["User-Agent"]; !ok {
+		r.Header["User-Agent"] = []string{""}
+	}
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// connAdapter is a relayed Conn as the net.Conn crypto/tls takes, its
+// reads from r (what was buffered past the CONNECT head comes first).
+type connAdapter struct {
+	c  Conn
+	r  *bufio.Reader
+	mu sync.Mutex
+}
+
+func (a *connAdapter) Read(p []byte) (int, error)       { return a.r.Read(p) }
+func (a *connAdapter) Write(p []byte) (int, error)      { return a.c.Write(p) }
+func (a *connAdapter) Close() error                     { return a.c.Close() }
+func (a *connAdapter) LocalAddr() net.Addr              { return relayAddr{} }
+func (a *connAdapter) RemoteAddr() net.Addr             { return relayAddr{} }
+func (a *connAdapter) SetDeadline(time.Time) error      { return nil }
+func (a *connAdapter) SetReadDeadline(time.Time) error  { return nil }
+func (a *connAdapter) SetWriteDeadline(time.Time) error { return nil }
+
+type relayAddr struct{}
+
+func (relayAddr) Network() string { return "hsbx-relay" }
+func (relayAddr) String() string  { return "sandbox" }
+
+// tlsConn is the sandbox's side of a terminated TLS connection as splice
+// takes it (its half close is TLS's close_notify).
+type tlsConn struct{ *tls.Conn }
+
+func (t tlsConn) CloseWrite() error { return t.Conn.CloseWrite() }

@@ -1,0 +1,167 @@
+package egress
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+)
+
+// CA is a sandbox's own certificate authority: the relay shows the
+// sandbox certificates it signs for the hosts its secrets go to (and only
+// those: its name constraints say so, so not even its key could make one
+// a client would take for another host). Its certificate goes into the
+// sandbox; its key stays on the host.
+type CA struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+	pem  []byte
+
+	mu     sync.Mutex
+	leaves map[string]*tls.Certificate
+}
+
+// NewCA makes a CA for a sandbox whose secrets go to hosts (Secret.Hosts'
+// entries): its name constraints permit those names and addresses only.
+func NewCA(name string, hosts []string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:                serial,
+		Subject:                     pkix.Name{CommonName: "hsbx sandbox " + name, Organization: []string{"hsbx"}},
+		NotBefore:                   now.Add(-time.Hour),
+		NotAfter:                    now.AddDate(10, 0, 0),
+		KeyUsage:                    x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid:       true,
+		IsCA:                        true,
+		MaxPathLenZero:              true,
+		PermittedDNSDomainsCritical: true,
+	}
+	for _, h := range hosts {
+		r, err := ParseRule(h)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case r.IsName():
+			d := strings.TrimPrefix(r.Name, "*") // "*.x" permits names under x: ".x"
+			tmpl.PermittedDNSDomains = append(tmpl.PermittedDNSDomains, d)
+		default:
+			tmpl.PermittedIPRanges = append(tmpl.PermittedIPRanges, &net.IPNet{IP: r.Prefix.Addr().AsSlice(), Mask: net.CIDRMask(r.Prefix.Bits(), r.Prefix.Addr().BitLen())})
+		}
+	}
+	if len(tmpl.PermittedDNSDomains) == 0 {
+		// no names permitted: an empty DNS constraint would permit all
+		tmpl.ExcludedDNSDomains = []string{""}
+	}
+	if len(tmpl.PermittedIPRanges) == 0 {
+		tmpl.ExcludedIPRanges = []*net.IPNet{{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}, {IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, Key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// CertPEM is the CA's certificate, what the sandbox trusts.
+func (ca *CA) CertPEM() []byte { return ca.pem }
+
+// KeyPEM is the CA's key, kept on the host only.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+// LoadCA reads a CA's certificate and key (PEM), checking they belong
+// together.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, errors.New("the sandbox's CA: not PEM")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's CA: %w", err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's CA key: %w", err)
+	}
+	if pub, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return nil, errors.New("the sandbox's CA key does not match its certificate")
+	}
+	return &CA{Cert: cert, Key: key, pem: pem.EncodeToMemory(cb)}, nil
+}
+
+// leaf is a certificate for host (a name or an address), signed by the
+// CA, made once and kept.
+func (ca *CA) leaf(host string) (*tls.Certificate, error) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if c, ok := ca.leaves[host]; ok && time.Until(c.Leaf.NotAfter) > time.Hour {
+		return c, nil
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: host},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		tmpl.IPAddresses = []net.IP{a.AsSlice()}
+	} else {
+		tmpl.DNSNames = []string{host}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	c := &tls.Certificate{Certificate: [][]byte{der, ca.Cert.Raw}, PrivateKey: key, Leaf: leaf}
+	if ca.leaves == nil {
+		ca.leaves = map[string]*tls.Certificate{}
+	}
+	ca.leaves[host] = c
+	return c, nil
+}

@@ -1,0 +1,324 @@
+package egress
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// SecretsLabel is the container label that records a sandbox's brokered
+// secrets: each one's name, the hosts it is for, how it is sent, and the
+// placeholder the sandbox sees in its place — never a value. The relay
+// reads it from the engine, as it reads Label.
+const SecretsLabel = "hsbx.secrets"
+
+// PlaceholderPrefix starts every placeholder: what the relay looks for in
+// what a sandbox sends.
+const PlaceholderPrefix = "hsbx-secret-"
+
+// Secret is one brokered secret as the sandbox's label records it.
+type Secret struct {
+	// Name is the environment variable the sandbox sees the placeholder
+	// under.
+	Name string `json:"name"`
+	// Hosts may receive the value: names (a "*." wildcard for any name
+	// under one) or addresses, each with an optional :PORT.
+	Hosts []string `json:"hosts"`
+	// Header, when set ("Authorization: Bearer {}"), is set on every
+	// request to Hosts with the value in place of {}; without it the
+	// value replaces the placeholder wherever it appears in a request's
+	// target and headers.
+	Header string `json:"header,omitempty"`
+	// Placeholder is what the sandbox sees in the value's place:
+	// PlaceholderPrefix and 32 random hex digits, new for each sandbox.
+	Placeholder string `json:"placeholder"`
+}
+
+var secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+var placeholderRE = regexp.MustCompile(`^` + PlaceholderPrefix + `[0-9a-f]{32}$`)
+
+// NewPlaceholder is a new random placeholder.
+func NewPlaceholder() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return PlaceholderPrefix + hex.EncodeToString(b)
+}
+
+// CheckSecret checks a declaration (everything but the placeholder).
+func CheckSecret(s Secret) error {
+	if !secretName.MatchString(s.Name) {
+		return fmt.Errorf("secret %q: a name is an environment variable's (letters, digits, _; not starting with a digit)", s.Name)
+	}
+	if len(s.Hosts) == 0 {
+		return fmt.Errorf("secret %s: no hosts: name the hosts that may receive it", s.Name)
+	}
+	for _, h := range s.Hosts {
+		r, err := ParseRule(h)
+		if err != nil {
+			return fmt.Errorf("secret %s: host %w", s.Name, err)
+		}
+		if !r.IsName() && r.Prefix.Bits() != r.Prefix.Addr().BitLen() {
+			return fmt.Errorf("secret %s: host %q: a secret goes to a host name or one address, not a range", s.Name, h)
+		}
+	}
+	if s.Header != "" {
+		name, tmpl, ok := strings.Cut(s.Header, ":")
+		if !ok || !token(strings.TrimSpace(name)) || strings.Count(tmpl, "{}") != 1 || strings.ContainsAny(s.Header, "\r\n") {
+			return fmt.Errorf("secret %s: header %q: want \"Name: text with {} where the value goes\"", s.Name, s.Header)
+		}
+	}
+	return nil
+}
+
+// EncodeSecrets is SecretsLabel's value.
+func EncodeSecrets(ss []Secret) string {
+	b, _ := json.Marshal(ss)
+	return string(b)
+}
+
+// ParseSecrets reads SecretsLabel's value.
+func ParseSecrets(v string) ([]Secret, error) {
+	var ss []Secret
+	if err := json.Unmarshal([]byte(v), &ss); err != nil {
+		return nil, fmt.Errorf("label %s: %w", SecretsLabel, err)
+	}
+	seen := map[string]bool{}
+	for _, s := range ss {
+		if err := CheckSecret(s); err != nil {
+			return nil, fmt.Errorf("label %s: %w", SecretsLabel, err)
+		}
+		if !placeholderRE.MatchString(s.Placeholder) || seen[s.Name] || seen[s.Placeholder] {
+			return nil, fmt.Errorf("label %s: secret %s: a bad or repeated placeholder or name", SecretsLabel, s.Name)
+		}
+		seen[s.Name], seen[s.Placeholder] = true, true
+	}
+	return ss, nil
+}
+
+// Values gives a secret's current value on the host, by name: read when
+// a request needs it, so a new value applies to the next request.
+type Values func(name string) (string, error)
+
+// Broker puts brokered secrets' values into the requests that may carry
+// them, and catches their placeholders on the way anywhere else.
+type Broker struct {
+	Secrets []Secret
+	Values  Values
+	// CA signs the certificates the relay shows the sandbox for the
+	// secrets' hosts (nil: those hosts are refused, never passed through
+	// with the placeholder).
+	CA *CA
+}
+
+// rules are the secret's hosts as rules.
+func (s Secret) rules() []Rule {
+	rs, _ := ParseRules(s.Hosts)
+	return rs
+}
+
+// For returns the secrets whose hosts cover host and port.
+func (b *Broker) For(host string, port int) []Secret {
+	if b == nil {
+		return nil
+	}
+	var out []Secret
+	for _, s := range b.Secrets {
+		if slices.ContainsFunc(s.rules(), func(r Rule) bool { return r.covers(host, port) }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// covers says whether r names host (a name or an address) and port.
+func (r Rule) covers(host string, port int) bool {
+	if !r.port(port) {
+		return false
+	}
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return !r.IsName() && r.Prefix.Contains(a.Unmap())
+	}
+	n, err := normalName(host, false)
+	return err == nil && r.IsName() && matchName(r.Name, n)
+}
+
+// HostRules are every secret's hosts, which the allow-list takes in: a
+// secret's host may be reached.
+func (b *Broker) HostRules() []string {
+	var out []string
+	for _, s := range b.Secrets {
+		out = append(out, s.Hosts...)
+	}
+	return out
+}
+
+// placeholderIn finds a placeholder in p of a secret other than those in
+// ok, returning the secret it stands for.
+func (b *Broker) placeholderIn(p []byte, ok ...Secret) (Secret, bool) {
+	if b == nil {
+		return Secret{}, false
+	}
+	for i := 0; ; {
+		j := bytes.Index(p[i:], []byte(PlaceholderPrefix))
+		if j < 0 {
+			return Secret{}, false
+		}
+		i += j
+		for _, s := range b.Secrets {
+			if bytes.HasPrefix(p[i:], []byte(s.Placeholder)) && !slices.ContainsFunc(ok, func(o Secret) bool { return o.Name == s.Name }) {
+				return s, true
+			}
+		}
+		i += len(PlaceholderPrefix)
+	}
+}
+
+// couldStart says whether p is the start of one of the placeholders.
+func (b *Broker) couldStart(p []byte) bool {
+	for _, s := range b.Secrets {
+		if len(p) < len(s.Placeholder) && bytes.HasPrefix([]byte(s.Placeholder), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// errExfiltration is a placeholder on its way where its secret may not go.
+type errExfiltration struct {
+	secret string
+	dest   string
+}
+
+func (e *errExfiltration) Error() string {
+	return fmt.Sprintf("the placeholder of secret %s was sent to %s, which may not receive it: refused as an exfiltration attempt", e.secret, e.dest)
+}
+
+// inject rewrites r, a request to dest whose secrets are ours (the
+// secrets dest may receive): their placeholders in the target and the
+// headers get the values, Header templates are set; a placeholder of any
+// other secret is an *errExfiltration. It returns the names injected.
+func (b *Broker) inject(r *http.Request, ours []Secret, dest string) ([]string, error) {
+	head := r.URL.String() + "\n"
+	for k, vs := range r.Header {
+		head += k + ": " + strings.Join(vs, ",") + "\n"
+	}
+	if sec, found := b.placeholderIn([]byte(head), ours...); found {
+		return nil, &errExfiltration{secret: sec.Name, dest: dest}
+	}
+	var used []string
+	for _, s := range ours {
+		value := ""
+		get := func() (string, error) {
+			if value != "" {
+				return value, nil
+			}
+			v, err := b.Values(s.Name)
+			if err != nil {
+				return "", fmt.Errorf("secret %s has no value on the host: %w", s.Name, err)
+			}
+			if v == "" || strings.ContainsAny(v, "\r\n") {
+				return "", fmt.Errorf("secret %s: its value on the host is empty or spans lines", s.Name)
+			}
+			value = v
+			return v, nil
+		}
+		hit := false
+		if strings.Contains(r.URL.RawQuery, s.Placeholder) || strings.Contains(r.URL.Path, s.Placeholder) {
+			v, err := get()
+			if err != nil {
+				return nil, err
+			}
+			r.URL.RawQuery = strings.ReplaceAll(r.URL.RawQuery, s.Placeholder, v)
+			r.URL.Path = strings.ReplaceAll(r.URL.Path, s.Placeholder, v)
+			r.URL.RawPath = ""
+			hit = true
+		}
+		for k, vs := range r.Header {
+			for i, hv := range vs {
+				if strings.Contains(hv, s.Placeholder) {
+					v, err := get()
+					if err != nil {
+						return nil, err
+					}
+					r.Header[k][i] = strings.ReplaceAll(hv, s.Placeholder, v)
+					hit = true
+				}
+			}
+		}
+		if s.Header != "" {
+			v, err := get()
+			if err != nil {
+				return nil, err
+			}
+			name, tmpl, _ := strings.Cut(s.Header, ":")
+			r.Header.Set(strings.TrimSpace(name), strings.Replace(strings.TrimSpace(tmpl), "{}", v, 1))
+			hit = true
+		}
+		if hit {
+			used = append(used, s.Name)
+		}
+	}
+	return used, nil
+}
+
+// scanner watches bytes on their way out for a placeholder, holding back
+// the tail that could be the start of one, so that no placeholder leaves
+// before it is seen: Write passes on what cannot be part of one and
+// fails, writing nothing more, when one appears.
+type scanner struct {
+	b    *Broker
+	ok   []Secret // the secrets dest may receive: their placeholders pass
+	dest string
+	w    interface{ Write([]byte) (int, error) }
+	tail []byte
+	err  error
+}
+
+func (s *scanner) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	buf := append(s.tail, p...)
+	if sec, found := s.b.placeholderIn(buf, s.ok...); found {
+		s.err = &errExfiltration{secret: sec.Name, dest: s.dest}
+		return 0, s.err
+	}
+	// Only a tail that could be the start of a placeholder stays until
+	// the rest comes (anything else goes at once: a protocol waiting for
+	// an answer never stalls on what is held back).
+	cut := len(buf)
+	for i := max(len(buf)-(len(PlaceholderPrefix)+32-1), 0); i < len(buf); i++ {
+		if s.b.couldStart(buf[i:]) {
+			cut = i
+			break
+		}
+	}
+	if cut > 0 {
+		if _, err := s.w.Write(buf[:cut]); err != nil {
+			return 0, err
+		}
+	}
+	s.tail = append(s.tail[:0], buf[cut:]...)
+	return len(p), nil
+}
+
+// flush passes on what is held back (at the end of the data).
+func (s *scanner) flush() error {
+	if s.err != nil || len(s.tail) == 0 {
+		return s.err
+	}
+	_, err := s.w.Write(s.tail)
+	s.tail = s.tail[:0]
+	return err
+}
+
+var errNoCA = errors.New("no certificate authority for this sandbox's secrets on this host")
