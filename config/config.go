@@ -98,8 +98,10 @@ type SandboxSettings struct {
 	ShmSize    Setting[string]
 	// Network is on, off or allow (true and false read as on and off);
 	// EgressAllow is allow's list.
-	Network                Setting[string]
-	EgressAllow            Setting[[]string]
+	Network     Setting[string]
+	EgressAllow Setting[[]string]
+	// Secrets are brokered through allow's relay (docs/secrets.md).
+	Secrets                Setting[[]Secret]
 	OCIRuntime             Setting[string]
 	SharedContainerKey     Setting[string]
 	SandboxDir             Setting[string]
@@ -170,6 +172,7 @@ func Defaults() Settings {
 			Disk: Setting[int64]{d.DiskMB, "default"}, PidsLimit: Setting[int64]{d.PidsLimit, "default"},
 			ShmSize: Setting[string]{d.ShmSize, "default"}, Network: Setting[string]{NetworkOn, "default"},
 			EgressAllow:        Setting[[]string]{[]string{}, "default"},
+			Secrets:            Setting[[]Secret]{[]Secret{}, "default"},
 			SharedContainerKey: Setting[string]{"", "default"}, SandboxDir: Setting[string]{d.SandboxDir, "default"},
 			SnapCompat: Setting[bool]{d.SnapCompat, "default"}, RunAsHostUser: Setting[bool]{d.RunAsHostUser, "default"},
 			MountCwdToWorkspace: Setting[bool]{d.MountCwdToWorkspace, "default"}, Persistent: Setting[bool]{d.Persistent, "default"},
@@ -229,6 +232,7 @@ func (s *Settings) fields() []field {
 		{key: "sandbox.shm_size", env: []string{"TERMINAL_DOCKER_SHM_SIZE"}, ptr: &sb.ShmSize},
 		{key: "sandbox.network", env: []string{"TERMINAL_DOCKER_NETWORK", "HSBX_NETWORK"}, flag: "--network", ptr: &sb.Network, network: true},
 		{key: "sandbox.egress_allow", env: []string{"HSBX_EGRESS_ALLOW"}, flag: "--egress-allow", ptr: &sb.EgressAllow},
+		{key: "sandbox.secrets", env: []string{"HSBX_SECRETS"}, ptr: &sb.Secrets},
 		{key: "sandbox.oci_runtime", env: []string{"HSBX_OCI_RUNTIME"}, flag: "--oci-runtime", ptr: &sb.OCIRuntime},
 		{key: "sandbox.shared_container_key", env: []string{"TERMINAL_DOCKER_SHARED_CONTAINER_KEY"}, ptr: &sb.SharedContainerKey},
 		{key: "sandbox.sandbox_dir", env: []string{"TERMINAL_SANDBOX_DIR"}, ptr: &sb.SandboxDir},
@@ -412,6 +416,9 @@ func loadFile(fields []field, path, text string) error {
 		if strings.HasPrefix(key, "sandbox.env.") {
 			continue // the keys of the env table are the user's
 		}
+		if strings.HasPrefix(key, "sandbox.secrets.") {
+			continue // each entry's keys are checked when it is read
+		}
 		return &Error{Source: src(key), Key: key, Msg: "unknown key" + suggest(fields, key)}
 	}
 	for _, table := range []string{"sandbox", "reaper", "kubernetes"} {
@@ -554,6 +561,23 @@ func (c *Config) Validate() error {
 	if n := c.Sandbox.EgressAllow; len(n.Value) > 0 && c.Sandbox.Network.Value != NetworkAllow {
 		return &Error{Source: n.Source, Key: "sandbox.egress_allow", Msg: fmt.Sprintf("an allow-list is set, but network is %s (%s), which does not apply it; set network = allow to enforce it, or remove egress_allow", c.Sandbox.Network.Value, c.Sandbox.Network.Source)}
 	}
+	if n := c.Sandbox.Secrets; len(n.Value) > 0 {
+		if c.Sandbox.Network.Value != NetworkAllow {
+			return &Error{Source: n.Source, Key: "sandbox.secrets", Msg: fmt.Sprintf("secrets are brokered by network = allow's relay, but network is %s (%s); set network = allow (egress_allow may stay empty: a secret's hosts are reachable)", c.Sandbox.Network.Value, c.Sandbox.Network.Source)}
+		}
+		e := &sandbox.Egress{}
+		for _, d := range n.Value {
+			e.Secrets = append(e.Secrets, d.secret())
+		}
+		if err := (sandbox.Spec{Image: "x", Cwd: "/", Egress: e}).Validate(); err != nil {
+			var se *sandbox.SpecError
+			msg := err.Error()
+			if errors.As(err, &se) {
+				msg = se.Msg
+			}
+			return &Error{Source: n.Source, Key: "sandbox.secrets", Msg: msg}
+		}
+	}
 	if c.EngineTimeout.Value <= 0 {
 		return &Error{Source: c.EngineTimeout.Source, Key: "engine_timeout", Msg: "want a duration > 0"}
 	}
@@ -599,6 +623,9 @@ func (c *Config) Spec() sandbox.Spec {
 	}
 	if sb.Network.Value == NetworkAllow {
 		s.Egress = &sandbox.Egress{Allow: slices.Clone(sb.EgressAllow.Value)}
+		for _, d := range sb.Secrets.Value {
+			s.Egress.Secrets = append(s.Egress.Secrets, d.secret())
+		}
 	}
 	for _, f := range c.fields() {
 		if name, ok := strings.CutPrefix(f.key, "sandbox."); ok && f.source() != "default" {

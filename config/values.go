@@ -1,14 +1,18 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hsbx/hsbx/sandbox"
 )
 
 // A field's typed setting is reached through these few type switches, the
@@ -56,6 +60,8 @@ func (f field) want() string {
 		return `a duration like "300s" or a number of seconds`
 	case *Setting[[]string]:
 		return "an array of strings"
+	case *Setting[[]Secret]:
+		return "an array of secrets, each {name, hosts, env or file, header}"
 	}
 	return "a table of strings"
 }
@@ -123,6 +129,12 @@ func (f field) set(raw, source string) error {
 			return err
 		}
 		*p = Setting[map[string]string]{m, source}
+	case *Setting[[]Secret]:
+		list, err := decodeSecrets([]byte(raw))
+		if err != nil {
+			return fmt.Errorf("want a JSON array of secrets ({\"name\", \"hosts\", \"env\" or \"file\", \"header\"}): %v", err)
+		}
+		*p = Setting[[]Secret]{list, source}
 	default:
 		panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
 	}
@@ -217,10 +229,68 @@ func (f field) setTOML(v any, source string) error {
 			}
 		}
 		*p = Setting[map[string]string]{out, source}
+	case *Setting[[]Secret]:
+		arr, ok := v.([]map[string]any)
+		if !ok {
+			return fmt.Errorf("want [[sandbox.secrets]] tables, got %s", tomlType(v))
+		}
+		b, _ := json.Marshal(arr)
+		list, err := decodeSecrets(b)
+		if err != nil {
+			return err
+		}
+		*p = Setting[[]Secret]{list, source}
 	default:
 		panic(fmt.Sprintf("config: field %s has an unknown type %T", f.key, f.ptr))
 	}
 	return nil
+}
+
+// Secret is one brokered secret as configured ([[sandbox.secrets]], or
+// HSBX_SECRETS as a JSON array): the variable the sandbox sees its
+// placeholder under, the hosts that may receive the value, how it is sent,
+// and where the value is on the host (an environment variable, or a file
+// read at each request). Never the value itself.
+type Secret struct {
+	Name   string   `json:"name"`
+	Hosts  []string `json:"hosts"`
+	Header string   `json:"header,omitempty"`
+	Env    string   `json:"env,omitempty"`
+	File   string   `json:"file,omitempty"`
+}
+
+func (d Secret) secret() sandbox.Secret {
+	return sandbox.Secret{Name: d.Name, Hosts: d.Hosts, Header: d.Header, Env: d.Env, File: d.File}
+}
+
+// decodeSecrets reads secrets strictly (an unknown key is an error: a
+// misspelt "hosts" must not leave a secret with none); a file is an
+// absolute path (or ~/...).
+func decodeSecrets(b []byte) ([]Secret, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var list []Secret
+	if err := dec.Decode(&list); err != nil {
+		return nil, err
+	}
+	if list == nil {
+		list = []Secret{}
+	}
+	for i, d := range list {
+		if d.File == "" {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(d.File, "~/"); ok {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return nil, fmt.Errorf("secret %s: file %q: %v", d.Name, d.File, err)
+			}
+			list[i].File = filepath.Join(home, rest)
+		} else if !filepath.IsAbs(d.File) {
+			return nil, fmt.Errorf("secret %s: file %q: want an absolute path (or ~/...)", d.Name, d.File)
+		}
+	}
+	return list, nil
 }
 
 // The network setting's values.

@@ -319,7 +319,7 @@ func (s *Sandbox) awaitHolder(ctx context.Context, target string) bool {
 		return false
 	}
 	s.ch.holderTried.Store(true)
-	s.m.c.Holders.Start(channel.HolderSpec{Socket: sock, ID: target, User: s.execUser(), Egress: s.relays(), EgressLog: s.EgressLog()})
+	s.m.c.Holders.Start(s.holderSpec(sock, target, s.relays()))
 	deadline := time.Now().Add(min(4*s.rt().CallTimeout(), time.Minute))
 	for time.Now().Before(deadline) {
 		if channel.Alive(sock, time.Second) {
@@ -350,7 +350,7 @@ func (s *Sandbox) afterPlainExec(target string) {
 	if s.m.c.Holders.Dir == "" || s.m.c.Holders.Start == nil || s.ephemeral || s.ch.holderTried.Swap(true) {
 		return
 	}
-	s.m.c.Holders.Start(channel.HolderSpec{Socket: s.m.holderSocket(target, s.execUser()), ID: target, User: s.execUser(), Egress: s.relays(), EgressLog: s.EgressLog()})
+	s.m.c.Holders.Start(s.holderSpec(s.m.holderSocket(target, s.execUser()), target, s.relays()))
 }
 
 // closeChannel ends the in-process channel (the agent kills what it runs).

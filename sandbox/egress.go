@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -32,6 +33,12 @@ type Egress struct {
 	// Addr is where the relay listens in the sandbox ("" is
 	// 127.0.0.1:3128).
 	Addr string
+	// Secrets are brokered through the relay: the sandbox sees
+	// placeholders, the hosts each is for get the values (Secret).
+	Secrets []Secret
+	// RootCAs verify the hosts the relay brokers secrets to (nil: the
+	// host's roots; the hsbx command honours SSL_CERT_FILE).
+	RootCAs *x509.CertPool
 }
 
 func (e *Egress) posture() egress.Posture {
@@ -45,8 +52,12 @@ func (e *Egress) posture() egress.Posture {
 // egressPosture is LabelEgress's value for an allow-listed sandbox: not
 // Hermes's "off" nor a digest of Hermes's own proxy settings, so neither
 // tool takes the other's sandbox for one of its posture.
-func egressPosture(p egress.Posture) string {
-	sum := sha256.Sum256([]byte(p.Encode()))
+func egressPosture(p egress.Posture, secrets string) string {
+	sum := sha256.Sum256([]byte(p.Encode() + "\x00" + secrets))
+	if secrets != "" {
+		// a broker: Hermes's credential proxy is another thing again
+		return "hsbx-broker-" + hex.EncodeToString(sum[:12])
+	}
 	return "hsbx-allow-" + hex.EncodeToString(sum[:12])
 }
 
@@ -59,7 +70,11 @@ func (s Spec) egressSetting() string {
 	p := s.Egress.posture()
 	allow := slices.Clone(p.Allow)
 	slices.Sort(allow)
-	return "allow " + p.Addr + " " + strings.Join(allow, "\x00")
+	out := "allow " + p.Addr + " " + strings.Join(allow, "\x00")
+	if sec := s.Egress.secretsSetting(); sec != "" {
+		out += " secrets " + sec
+	}
+	return out
 }
 
 // EgressLog is the network log of the key's sandbox on this host (in the
@@ -89,7 +104,7 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 			return
 		}
 		s.m.log.Debug("network = allow: starting the holder that relays", "id", id)
-		s.m.c.Holders.Start(channel.HolderSpec{Socket: sock, ID: id, User: s.execUser(), Egress: true, EgressLog: s.EgressLog()})
+		s.m.c.Holders.Start(s.holderSpec(sock, id, true))
 		return
 	}
 	cs := &s.ch
@@ -120,10 +135,25 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 		return
 	}
 	go func() {
-		if err := channel.ServeEgress(context.Background(), conn, policy, s.EgressLog(), s.m.log); err != nil {
+		host := channel.EgressHost{StateDir: s.keyStateDir(), Values: s.secretValues(), RootCAs: s.spec.Egress.RootCAs}
+		if err := channel.ServeEgress(context.Background(), conn, policy, s.EgressLog(), host, s.m.log); err != nil {
 			s.m.log.Info("egress relay ended", "id", id, "error", err)
 		}
 	}()
+}
+
+// holderSpec is what a holder for container id is told: whether it
+// relays, where its network log and the sandbox's CA are, and where the
+// secrets' values are on this host.
+func (s *Sandbox) holderSpec(sock, id string, relays bool) channel.HolderSpec {
+	h := channel.HolderSpec{Socket: sock, ID: id, User: s.execUser(), Egress: relays, EgressLog: s.EgressLog()}
+	if relays {
+		h.EgressState = s.keyStateDir()
+		if s.spec.Egress != nil {
+			h.Secrets = s.spec.Egress.sources()
+		}
+	}
+	return h
 }
 
 // relays says whether a holder for this key's sandbox relays egress: its

@@ -422,11 +422,27 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		if cr := creatorLabel(); cr != "" {
 			rs.Labels[LabelCreator] = cr
 		}
+		ca, err := s.newSecretsCA(spec, name, nonce)
+		if err != nil {
+			return "", err
+		}
 		id, err := s.rt().Run(ctx, rs)
+		if err != nil && ca != nil {
+			s.dropCA(nonce)
+		}
 		if err == nil && !spec.Network {
 			err = s.proveOffline(ctx, id, name)
+			if err == nil && ca != nil {
+				err = s.installTrust(ctx, id, name, ca)
+			}
 			if err != nil {
+				if ca != nil {
+					s.dropCA(nonce)
+				}
 				return "", err
+			}
+			if ca != nil {
+				egress.PruneCAs(s.keyStateDir(), nonce) // the key's earlier sandboxes' CAs
 			}
 		}
 		if err == nil {

@@ -233,6 +233,9 @@ func (s Spec) Validate() error {
 		if _, err := egress.ParseRules(s.Egress.Allow); err != nil {
 			return &SpecError{"egress_allow", err.Error() + "; want host names (*.example.com), addresses or CIDRs, each with an optional :PORT"}
 		}
+		if err := s.Egress.checkSecrets(); err != nil {
+			return err
+		}
 	}
 	if strings.TrimSpace(s.Image) == "" {
 		return &SpecError{"image", "empty; set an image reference"}
@@ -556,10 +559,18 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	if s.Egress != nil {
 		p := s.Egress.posture()
 		labels[egress.Label] = p.Encode()
-		labels[LabelEgress] = egressPosture(p)
+		labels[LabelEgress] = egressPosture(p, s.Egress.secretsSetting())
 		for _, kv := range egress.ProxyEnv(p.Addr) {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v // the relay is the only way out: a user's proxy is unreachable
+		}
+		if len(s.Egress.Secrets) > 0 {
+			recs := s.Egress.secretRecords(nil)
+			labels[egress.SecretsLabel] = egress.EncodeSecrets(recs)
+			for _, r := range recs {
+				env[r.Name] = r.Placeholder // never the value
+			}
+			trustEnv(env)
 		}
 	}
 	if !s.PersistAcrossProcesses {

@@ -33,6 +33,9 @@ import (
 //	                   rename this binary to NAME in its own directory (when
 //	                   hsbx copied it in under a name of its own), then run MODE
 //	features           print wire.AgentFeatures (what this agent can do)
+//	trust DIR          write the sandbox's CA certificate (stdin) into DIR
+//	                   as ca.pem, and the image's CA bundle with it as
+//	                   ca-bundle.pem (InstallTrust)
 //	unreachable WAIT ADDR...
 //	                   connect to each TCP ADDR until none answers or WAIT
 //	                   (a duration) has passed; print those that still
@@ -58,6 +61,15 @@ func RunMode(args []string, build string) (code int, ok bool) {
 		return 0, true
 	case len(args) == 1 && args[0] == "agent":
 		if err := Serve(os.Stdin, os.Stdout, build); err != nil {
+			return fail(err), true
+		}
+		return 0, true
+	case len(args) == 2 && args[0] == "trust":
+		pem, err := readPEM(os.Stdin)
+		if err == nil {
+			_, err = InstallTrust(args[1], pem)
+		}
+		if err != nil {
 			return fail(err), true
 		}
 		return 0, true

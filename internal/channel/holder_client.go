@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -240,4 +241,8 @@ type HolderSpec struct {
 	// (no engine call for any other sandbox). EgressLog is its network log.
 	Egress    bool
 	EgressLog string
+	// EgressState is the key's state directory, Secrets where the
+	// sandbox's brokered secrets' values are on this host.
+	EgressState string
+	Secrets     []egress.Source
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/runtime"
@@ -42,6 +43,11 @@ type HoldSpec struct {
 	// engine); EgressLog is where its relay logs.
 	Egress    bool   `json:"egress,omitempty"`
 	EgressLog string `json:"egress_log,omitempty"`
+	// EgressState is the key's state directory (the sandbox's CA), and
+	// Secrets where its brokered secrets' values are: names of
+	// variables this process keeps, and files (never a value).
+	EgressState string          `json:"egress_state,omitempty"`
+	Secrets     []egress.Source `json:"secrets,omitempty"`
 }
 
 // ReadHoldSpec reads HoldVar's value.
@@ -158,7 +164,8 @@ func Hold(ctx context.Context, spec HoldSpec, o HoldOptions) error {
 		rctx, stopRelay := context.WithCancel(ctx)
 		defer stopRelay()
 		go func() {
-			if err := ServeEgress(rctx, conn, policy, spec.EgressLog, log); err != nil {
+			host := EgressHost{StateDir: spec.EgressState, Values: egress.SourceValues(spec.Secrets, os.Getenv)}
+			if err := ServeEgress(rctx, conn, policy, spec.EgressLog, host, log); err != nil {
 				log.Info("holder: egress relay ended", "error", err)
 			}
 		}()
@@ -251,6 +258,11 @@ const holderEnvVar = "HSBX_HOLDER_ENV"
 // command's secrets stay out of a process that lives on.
 func HolderEnv(env []string, spec HoldSpec) []string {
 	keep, prefixes := slices.Clone(holderEnvKeep), slices.Clone(holderEnvPrefixes)
+	for _, src := range spec.Secrets { // the relay reads them when a request needs them
+		if src.Env != "" {
+			keep = append(keep, src.Env)
+		}
+	}
 	if extra, _ := environ.Lookup(env, holderEnvVar); extra != "" {
 		for _, n := range strings.Split(extra, ",") {
 			if p, ok := strings.CutSuffix(strings.TrimSpace(n), "*"); ok && p != "" {

@@ -169,7 +169,7 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 // the way to stop a command in a sandbox without the shell that hsbx's
 // kill script needs. It returns how many processes it reached.
 func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
-	out, err := runMode(ctx, a, a.Runtime.CallTimeout(), false, "kill-marked", marker)
+	out, err := runMode(ctx, a, a.Runtime.CallTimeout(), false, nil, "kill-marked", marker)
 	if err != nil {
 		return 0, err
 	}
@@ -185,7 +185,7 @@ func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
 // the TCP addresses the sandbox could still connect to after wait: none
 // when every one is out of its reach.
 func Unreachable(ctx context.Context, a Agent, wait time.Duration, addrs []string) ([]string, error) {
-	out, err := runMode(ctx, a, a.Runtime.CallTimeout()+wait+time.Duration(len(addrs))*time.Second, true,
+	out, err := runMode(ctx, a, a.Runtime.CallTimeout()+wait+time.Duration(len(addrs))*time.Second, true, nil,
 		append([]string{"unreachable", wait.String()}, addrs...)...)
 	if err != nil {
 		return nil, err
@@ -202,11 +202,19 @@ func Unreachable(ctx context.Context, a Agent, wait time.Duration, addrs []strin
 	return open, nil
 }
 
+// InstallTrust runs `AGENT trust DIR` in a's sandbox with the sandbox's
+// CA certificate (pem) on its stdin: DIR/ca.pem and DIR/ca-bundle.pem
+// (the image's bundle with it) are written, for the CA variables to name.
+func InstallTrust(ctx context.Context, a Agent, dir string, pem []byte) error {
+	_, err := runMode(ctx, a, a.Runtime.CallTimeout(), false, pem, "trust", dir)
+	return err
+}
+
 // runMode runs one of the agent's one-shot modes (args) as a plain exec
-// and returns what it printed; exit 1 is an answer too when one is
-// allowed (the mode printed what it found). The agent is installed first
-// when it is missing.
-func runMode(ctx context.Context, a Agent, timeout time.Duration, one bool, args ...string) (string, error) {
+// (stdin, when not nil, on its standard input) and returns what it
+// printed; exit 1 is an answer too when one is allowed (the mode printed
+// what it found). The agent is installed first when it is missing.
+func runMode(ctx context.Context, a Agent, timeout time.Duration, one bool, stdin []byte, args ...string) (string, error) {
 	digest, bytesOf, err := agentBin(ctx, a)
 	if err != nil {
 		return "", err
@@ -215,8 +223,15 @@ func runMode(ctx context.Context, a Agent, timeout time.Duration, one bool, args
 	run := func(agent []string) (string, int, error) {
 		var out strings.Builder
 		errb := &proc.TailBuffer{Max: 4 << 10}
-		code, err := a.Runtime.Exec(ctx, runtime.ExecSpec{ID: a.ID, Cmd: append(agent, args...), User: a.User,
-			Stdout: &out, Stderr: errb, Timeout: timeout})
+		spec := runtime.ExecSpec{ID: a.ID, Cmd: append(agent, args...), User: a.User,
+			Stdout: &out, Stderr: errb, Timeout: timeout}
+		if stdin != nil {
+			spec.Stdin, spec.Interactive = bytes.NewReader(stdin), true
+		}
+		code, err := a.Runtime.Exec(ctx, spec)
+		if err == nil && code != 0 && code != 127 && code != 126 && len(errb.Bytes()) > 0 && !(code == 1 && one) {
+			err = fmt.Errorf("the agent's %s exited %d: %s", args[0], code, strings.TrimSpace(string(errb.Bytes())))
+		}
 		if err == nil && code == 1 && one {
 			code = 0
 		}

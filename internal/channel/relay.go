@@ -2,12 +2,14 @@ package channel
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -176,6 +178,19 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 type EgressPolicy struct {
 	Posture    egress.Posture
 	Name, Task string
+	// Secrets are its brokered secrets (egress.SecretsLabel), Nonce its
+	// creation's nonce, which names its CA's files.
+	Secrets []egress.Secret
+	Nonce   string
+}
+
+// EgressHost is what only the relaying host has: the key's state
+// directory (the sandbox's CA is kept there), the secrets' values, and
+// the roots the broker verifies hosts with (nil: the host's).
+type EgressHost struct {
+	StateDir string
+	Values   egress.Values
+	RootCAs  *x509.CertPool
 }
 
 // ReadEgressPolicy inspects container id for its egress policy.
@@ -195,12 +210,18 @@ func ReadEgressPolicy(ctx context.Context, rt runtime.Runtime, id string) (Egres
 	if err != nil {
 		return EgressPolicy{}, true, fmt.Errorf("egress relay: %w", err)
 	}
-	return EgressPolicy{Posture: p, Name: cs[0].Name, Task: cs[0].Labels[egress.TaskLabel]}, true, nil
+	policy := EgressPolicy{Posture: p, Name: cs[0].Name, Task: cs[0].Labels[egress.TaskLabel], Nonce: cs[0].Labels[egress.NonceLabel]}
+	if v, ok := cs[0].Labels[egress.SecretsLabel]; ok {
+		if policy.Secrets, err = egress.ParseSecrets(v); err != nil {
+			return EgressPolicy{}, true, fmt.Errorf("egress relay: %w", err)
+		}
+	}
+	return policy, true, nil
 }
 
 // ServeEgress serves policy's relay over conn until conn or ctx ends,
 // writing its decisions to the network log at logPath ("" none).
-func ServeEgress(ctx context.Context, conn *Conn, policy EgressPolicy, logPath string, log *slog.Logger) error {
+func ServeEgress(ctx context.Context, conn *Conn, policy EgressPolicy, logPath string, host EgressHost, log *slog.Logger) error {
 	var nlog *egress.Log
 	if logPath != "" {
 		if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err == nil {
@@ -215,6 +236,24 @@ func ServeEgress(ctx context.Context, conn *Conn, policy EgressPolicy, logPath s
 	px, err := NewProxy(policy.Posture, nlog, policy.Name, policy.Task, log)
 	if err != nil {
 		return err
+	}
+	if len(policy.Secrets) > 0 {
+		b := &egress.Broker{Secrets: policy.Secrets, Values: host.Values}
+		if b.Values == nil {
+			b.Values = func(name string) (string, error) { return "", fmt.Errorf("no source for secret %s here", name) }
+		}
+		if b.CA, err = egress.ReadCA(host.StateDir, policy.Nonce); err != nil {
+			// Its hosts are refused (never passed through with the
+			// placeholder), and the log says why.
+			log.Info("egress relay: the sandbox's secrets cannot be sent from here", "error", err)
+			b.CA = nil
+		}
+		px.Broker, px.RootCAs = b, host.RootCAs
+		rules, err := egress.ParseRules(append(slices.Clone(policy.Posture.Allow), b.HostRules()...))
+		if err != nil {
+			return err
+		}
+		px.Policy.Rules = rules
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

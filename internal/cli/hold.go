@@ -92,7 +92,8 @@ func (a *App) channelConfig(c *sandbox.Config) {
 			return
 		}
 		spec := channel.HoldSpec{Dir: dir.Path(), Name: filepath.Base(h.Socket), ID: h.ID, User: h.User,
-			Engine: c.Runtime.Binary(), Agent: agentBin, Idle: a.Cfg.ExecChannelIdle.Value, Egress: h.Egress, EgressLog: h.EgressLog}
+			Engine: c.Runtime.Binary(), Agent: agentBin, Idle: a.Cfg.ExecChannelIdle.Value, Egress: h.Egress, EgressLog: h.EgressLog,
+			EgressState: h.EgressState, Secrets: h.Secrets}
 		// A flag first: a binary that is not hsbx (a Go test binary
 		// embedding the CLI) stops at it instead of running its own main.
 		argv := []string{self, "--log-level", "info", "hold"}

@@ -10,12 +10,17 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hsbx/hsbx/internal/privdir"
 )
 
 // CA is a sandbox's own certificate authority: the relay shows the
@@ -164,4 +169,80 @@ func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 	}
 	ca.leaves[host] = c
 	return c, nil
+}
+
+// NonceLabel is the label of the sandbox's creation nonce
+// (sandbox.LabelNonce), which names the files of its CA.
+const NonceLabel = "hsbx.nonce"
+
+// caFiles are where a sandbox's CA is kept in its key's state directory
+// dir: named by the creation's nonce, so a creation that lost a race
+// never overwrites the CA of the one that won.
+func caFiles(dir, nonce string) (cert, key string) {
+	base := filepath.Join(dir, "egress-ca-"+nonce)
+	return base + ".pem", base + ".key"
+}
+
+// SaveCA writes ca into the key's state directory dir (made when
+// missing), its files new, this user's and readable by this user only
+// (opened without following a link: privdir.OpenFile).
+func SaveCA(dir, nonce string, ca *CA) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("saving the sandbox's CA: %w", err)
+	}
+	certPath, keyPath := caFiles(dir, nonce)
+	key, err := ca.KeyPEM()
+	if err != nil {
+		return err
+	}
+	for p, b := range map[string][]byte{certPath: ca.CertPEM(), keyPath: key} {
+		f, err := privdir.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("saving the sandbox's CA: %w", err)
+		}
+		_, err = f.Write(b)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("saving the sandbox's CA: %w", err)
+		}
+	}
+	return nil
+}
+
+// ReadCA reads the CA SaveCA kept for the creation nonce.
+func ReadCA(dir, nonce string) (*CA, error) {
+	if nonce == "" || strings.ContainsAny(nonce, "/\\.") {
+		return nil, fmt.Errorf("the sandbox's CA: a bad nonce %q", nonce)
+	}
+	certPath, keyPath := caFiles(dir, nonce)
+	var certPEM, keyPEM []byte
+	for p, into := range map[string]*[]byte{certPath: &certPEM, keyPath: &keyPEM} {
+		f, err := privdir.OpenFile(p, os.O_RDONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errNoCA, err)
+		}
+		*into, err = io.ReadAll(io.LimitReader(f, 64<<10))
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return LoadCA(certPEM, keyPEM)
+}
+
+// PruneCAs removes the CA files in dir of every nonce but keep (the
+// sandboxes they belonged to are gone: one sandbox a key).
+func PruneCAs(dir, keep string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, "egress-ca-") && !strings.HasPrefix(n, "egress-ca-"+keep+".") {
+			_ = os.Remove(filepath.Join(dir, n))
+		}
+	}
 }

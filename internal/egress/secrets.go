@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -322,3 +324,50 @@ func (s *scanner) flush() error {
 }
 
 var errNoCA = errors.New("no certificate authority for this sandbox's secrets on this host")
+
+// Source is where a brokered secret's value is on the host: an
+// environment variable of the process that relays, or a file, read at
+// each request (so a new value in the file applies to the next one).
+type Source struct {
+	Name string `json:"name"`
+	Env  string `json:"env,omitempty"`
+	File string `json:"file,omitempty"`
+}
+
+// maxValue bounds a secret's value read from a file.
+const maxValue = 64 << 10
+
+// SourceValues reads sources' values: env by getenv, files as they are
+// when asked (their last line end dropped).
+func SourceValues(sources []Source, getenv func(string) string) Values {
+	return func(name string) (string, error) {
+		for _, s := range sources {
+			if s.Name != name {
+				continue
+			}
+			switch {
+			case s.Env != "":
+				v := getenv(s.Env)
+				if v == "" {
+					return "", fmt.Errorf("the environment variable %s is empty or unset", s.Env)
+				}
+				return v, nil
+			case s.File != "":
+				f, err := os.Open(s.File)
+				if err != nil {
+					return "", err
+				}
+				defer f.Close()
+				b, err := io.ReadAll(io.LimitReader(f, maxValue+1))
+				if err != nil {
+					return "", err
+				}
+				if len(b) > maxValue {
+					return "", fmt.Errorf("%s is over %d bytes", s.File, maxValue)
+				}
+				return strings.TrimRight(string(b), "\r\n"), nil
+			}
+		}
+		return "", fmt.Errorf("no source for secret %s here", name)
+	}
+}

@@ -5,6 +5,7 @@
 // got through, 1 when it did not.
 //
 //	netprobe get URL [CA-PEM]   GET through the proxy variables: "STATUS BODY"
+//	netprobe secret URL VAR     GET with "Authorization: Bearer $VAR": "STATUS BODY"
 //	netprobe many N URL         N GETs at once: "OK/N"
 //	netprobe dial HOST:PORT     a raw TCP connect, ignoring the proxy variables
 //	netprobe udp HOST:PORT      a UDP datagram, and wait for an answer
@@ -40,6 +41,8 @@ func main() {
 			ca = os.Args[3]
 		}
 		ok = get(os.Args[2], ca)
+	case "secret":
+		ok = secret(os.Args[2], os.Getenv(os.Args[3]))
 	case "many":
 		n, _ := strconv.Atoi(os.Args[2])
 		ok = many(n, os.Args[3])
@@ -107,6 +110,24 @@ func client(ca string) *http.Client {
 
 func get(url, ca string) bool {
 	resp, err := client(ca).Get(url)
+	if err != nil {
+		fmt.Println("no:", err)
+		return false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d %s\n", resp.StatusCode, strings.TrimSpace(string(b)))
+	return true
+}
+
+func secret(url, value string) bool {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		fmt.Println("no:", err)
+		return false
+	}
+	req.Header.Set("Authorization", "Bearer "+value)
+	resp, err := client("").Do(req)
 	if err != nil {
 		fmt.Println("no:", err)
 		return false
