@@ -162,5 +162,5 @@ func kubeOffUp(ctx context.Context, e *engine) row {
 	}
 	h, b := pair(ctx, e, n, up("off"), up("on"))
 	return row{"cold `up` with network = off (a NetworkPolicy, proved enforced from inside) vs network = on",
-		ms(h), ms(b), fmt.Sprintf("%.3f", float64(h)/float64(b)), "—", fmt.Sprintf("+%.2f s", (h-b).Seconds())}
+		ms(h), ms(b), fmt.Sprintf("%.3f", float64(h)/float64(b)), "—", fmt.Sprintf("+%.2f s", (h - b).Seconds())}
 }
