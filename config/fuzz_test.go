@@ -37,3 +37,22 @@ func FuzzEnvValue(f *testing.F) {
 		}
 	})
 }
+
+// decodeSecrets never panics, and what it takes has only known keys and
+// absolute files.
+func FuzzDecodeSecrets(f *testing.F) {
+	f.Add(`[{"name":"K","hosts":["x.example"],"env":"K"}]`)
+	f.Add(`[{"name":"K","hosts":["x.example:443"],"file":"/k","header":"Authorization: Bearer {}"}]`)
+	f.Add(`[{"name":"K","file":"~/k"}]`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		list, err := decodeSecrets([]byte(raw))
+		if err != nil {
+			return
+		}
+		for _, d := range list {
+			if d.File != "" && !filepath.IsAbs(d.File) {
+				t.Fatalf("a relative file was taken: %q", d.File)
+			}
+		}
+	})
+}

@@ -63,3 +63,49 @@ func TestNetworkSetting(t *testing.T) {
 		})
 	}
 }
+
+// Brokered secrets: [[sandbox.secrets]] tables or HSBX_SECRETS (JSON),
+// read strictly, only with network = allow.
+func TestSecretsSetting(t *testing.T) {
+	const toml = "[sandbox]\nnetwork = \"allow\"\n\n[[sandbox.secrets]]\nname = \"OPENAI_API_KEY\"\nhosts = [\"api.openai.com\"]\nenv = \"OPENAI_API_KEY\"\n\n" +
+		"[[sandbox.secrets]]\nname = \"GH_TOKEN\"\nhosts = [\"api.github.com\"]\nheader = \"Authorization: token {}\"\nfile = \"/run/secrets/gh\"\n"
+	for _, c := range []struct {
+		name string
+		file string
+		env  map[string]string
+		want []string // name=env|file
+		err  string
+	}{
+		{name: "toml", file: toml, want: []string{"OPENAI_API_KEY=OPENAI_API_KEY|", "GH_TOKEN=|/run/secrets/gh"}},
+		{name: "env", env: map[string]string{"HSBX_NETWORK": "allow", "HSBX_SECRETS": `[{"name":"K","hosts":["x.example"],"env":"K_SRC"}]`}, want: []string{"K=K_SRC|"}},
+		{name: "without allow", env: map[string]string{"HSBX_SECRETS": `[{"name":"K","hosts":["x.example"],"env":"K"}]`}, err: "set network = allow"},
+		{name: "a misspelt key", env: map[string]string{"HSBX_NETWORK": "allow", "HSBX_SECRETS": `[{"name":"K","host":["x.example"],"env":"K"}]`}, err: `unknown field "host"`},
+		{name: "a misspelt key in toml", file: "[sandbox]\nnetwork = \"allow\"\n[[sandbox.secrets]]\nname = \"K\"\nhost = [\"x\"]\nenv = \"K\"\n", err: `unknown field "host"`},
+		{name: "no source", env: map[string]string{"HSBX_NETWORK": "allow", "HSBX_SECRETS": `[{"name":"K","hosts":["x.example"]}]`}, err: "exactly one of env, file"},
+		{name: "a relative file", env: map[string]string{"HSBX_NETWORK": "allow", "HSBX_SECRETS": `[{"name":"K","hosts":["x.example"],"file":"key.txt"}]`}, err: "want an absolute path"},
+		{name: "a bad host", env: map[string]string{"HSBX_NETWORK": "allow", "HSBX_SECRETS": `[{"name":"K","hosts":["a..b"],"env":"K"}]`}, err: "sandbox.secrets"},
+		{name: "not a list", env: map[string]string{"HSBX_NETWORK": "allow", "HSBX_SECRETS": `{"name":"K"}`}, err: "want a JSON array of secrets"},
+		{name: "toml not tables", file: "[sandbox]\nnetwork = \"allow\"\nsecrets = [\"K\"]\n", err: "want [[sandbox.secrets]] tables"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := load(t, c.file, c.env)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %v, want one saying %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := cfg.Spec()
+			var got []string
+			for _, sec := range s.Egress.Secrets {
+				got = append(got, sec.Name+"="+sec.Env+"|"+sec.File)
+			}
+			if strings.Join(got, " ") != strings.Join(c.want, " ") {
+				t.Fatalf("secrets %q, want %q", got, c.want)
+			}
+		})
+	}
+}

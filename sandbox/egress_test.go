@@ -91,3 +91,99 @@ func TestMarkedPosture(t *testing.T) {
 		}
 	}
 }
+
+// Brokered secrets' run: a placeholder under each name (new for each
+// sandbox, never the value) in the environment and the label, the CA
+// variables (a NODE_OPTIONS of the sandbox's own kept), and a
+// hermes-egress posture of a broker: neither Hermes's "off", nor its
+// proxy's digest, nor the same list's without secrets.
+func TestBuildRunSecrets(t *testing.T) {
+	s := DefaultSpec()
+	s.Env = map[string]string{"NODE_OPTIONS": "--max-old-space-size=512"}
+	s.Network, s.Egress = false, &Egress{Allow: []string{"pypi.org"}, Secrets: []Secret{
+		{Name: "OPENAI_API_KEY", Hosts: []string{"api.openai.com"}, Env: "OPENAI_API_KEY"},
+		{Name: "GH_TOKEN", Hosts: []string{"api.github.com", "*.githubusercontent.com"}, Header: "Authorization: token {}", File: "/run/secrets/gh"},
+	}}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	build := func(s Spec) runtime.RunSpec {
+		rs, _, err := buildRun(Key{Profile: "p", Task: "t"}, "n", s, engineHost{}, mountPaths{Workspace: "/w", Home: "/h"}, func(string) (string, bool) { return "real", true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	rs := build(s)
+	recs, err := egress.ParseSecrets(rs.Labels[egress.SecretsLabel])
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("label %q: %v", rs.Labels[egress.SecretsLabel], err)
+	}
+	for _, r := range recs {
+		if rs.Env[r.Name] != r.Placeholder || !strings.HasPrefix(r.Placeholder, egress.PlaceholderPrefix) {
+			t.Errorf("%s = %q, label placeholder %q", r.Name, rs.Env[r.Name], r.Placeholder)
+		}
+	}
+	for k, v := range map[string]string{"SSL_CERT_FILE": trustBundle, "REQUESTS_CA_BUNDLE": trustBundle, "CURL_CA_BUNDLE": trustBundle,
+		"NODE_EXTRA_CA_CERTS": trustCA, "NODE_OPTIONS": "--max-old-space-size=512 --use-openssl-ca"} {
+		if rs.Env[k] != v {
+			t.Errorf("%s = %q, want %q", k, rs.Env[k], v)
+		}
+	}
+	for k, v := range rs.Env {
+		if strings.Contains(v, "real") || strings.Contains(k, "real") {
+			t.Errorf("a value in the environment: %s=%s", k, v)
+		}
+	}
+	posture := rs.Labels[LabelEgress]
+	if !strings.HasPrefix(posture, "hsbx-broker-") {
+		t.Fatalf("hermes-egress %q", posture)
+	}
+	if again := build(s); again.Env["OPENAI_API_KEY"] == rs.Env["OPENAI_API_KEY"] || again.Labels[LabelEgress] != posture {
+		t.Error("a second sandbox got the same placeholder, or another posture for the same secrets")
+	}
+	plain := s
+	plain.Egress = &Egress{Allow: s.Egress.Allow}
+	if build(plain).Labels[LabelEgress] == posture {
+		t.Error("the same list with and without secrets: one posture")
+	}
+	c := runtime.Container{Name: "hermes-0123abcd", Labels: map[string]string{LabelAgent: "1", LabelTask: "t", LabelProfile: "p", LabelEgress: posture}}
+	if err := (Key{Profile: "p", Task: "t"}).Adoptable(c); err == nil {
+		t.Fatalf("a Hermes sandbox with posture %q was adoptable", posture)
+	}
+	// Drift: the secrets' names, hosts and header; not where a value is.
+	moved := s
+	moved.Egress = &Egress{Allow: s.Egress.Allow, Secrets: append([]Secret(nil), s.Egress.Secrets...)}
+	moved.Egress.Secrets[0].Env, moved.Egress.Secrets[0].File = "", "/elsewhere"
+	if moved.egressSetting() != s.egressSetting() {
+		t.Error("moving a value's source is drift")
+	}
+	moved.Egress.Secrets[0].Hosts = []string{"evil.example"}
+	if moved.egressSetting() == s.egressSetting() {
+		t.Error("another host for a secret is not drift")
+	}
+}
+
+func TestSpecRefusesBadSecrets(t *testing.T) {
+	for name, sec := range map[string]Secret{
+		"no source":        {Name: "A", Hosts: []string{"a.example"}},
+		"two sources":      {Name: "A", Hosts: []string{"a.example"}, Env: "A", File: "/a"},
+		"no hosts":         {Name: "A", Env: "A"},
+		"a range":          {Name: "A", Hosts: []string{"10.0.0.0/8"}, Env: "A"},
+		"a bad name":       {Name: "A-B", Hosts: []string{"a.example"}, Env: "A"},
+		"a proxy variable": {Name: "HTTPS_PROXY", Hosts: []string{"a.example"}, Env: "A"},
+		"a CA variable":    {Name: "SSL_CERT_FILE", Hosts: []string{"a.example"}, Env: "A"},
+	} {
+		s := DefaultSpec()
+		s.Network, s.Egress = false, &Egress{Secrets: []Secret{sec}}
+		var se *SpecError
+		if err := s.Validate(); !errors.As(err, &se) || se.Setting != "secrets" {
+			t.Errorf("%s: %v, want a secrets SpecError", name, err)
+		}
+	}
+	s := DefaultSpec()
+	s.Network, s.Egress = false, &Egress{Secrets: []Secret{{Name: "A", Hosts: []string{"a.example"}, Env: "A"}, {Name: "A", Hosts: []string{"b.example"}, Env: "B"}}}
+	if err := s.Validate(); err == nil {
+		t.Error("one name twice: no error")
+	}
+}

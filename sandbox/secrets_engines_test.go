@@ -3,10 +3,8 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/egress"
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
 )
@@ -37,22 +36,14 @@ func TestSecretsBrokered(t *testing.T) {
 		}
 		ctx := context.Background()
 		srv := startEgressServers(t)
-		cert, caPEM := selfSigned(t, srv.host)
 		var mu sync.Mutex
 		var seen []string
-		ln, err := net.Listen("tcp4", srv.host+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		provider := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dest, caPEM := enginetest.TLSServer(t, srv.host, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			seen = append(seen, r.Header.Get("Authorization"))
 			mu.Unlock()
 			fmt.Fprint(w, "provider saw it")
-		})}
-		go func() { _ = provider.Serve(tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})) }()
-		t.Cleanup(func() { _ = provider.Close() })
-		dest := ln.Addr().String()
+		}))
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(caPEM)
 

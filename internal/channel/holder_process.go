@@ -244,7 +244,9 @@ var holderEnvKeep = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "T
 	// The network setting's Hermes name: with HSBX_EGRESS_ALLOW (kept as
 	// hsbx's own) and without it, the holder's configuration would not
 	// load ("an allow-list is set, but network is on").
-	"TERMINAL_DOCKER_NETWORK"}
+	"TERMINAL_DOCKER_NETWORK",
+	// The roots the secrets broker verifies hosts with (Go reads them).
+	"SSL_CERT_FILE", "SSL_CERT_DIR"}
 
 // holderEnvPrefixes keep whole families: the engines' and hsbx's own.
 var holderEnvPrefixes = []string{"LC_", "XDG_", "DOCKER_", "CONTAINER_", "CONTAINERS_", "_CONTAINERS_", "HSBX_"}

@@ -24,31 +24,8 @@ import (
 // through the relay, and `hsbx netlog` shows the decision — on the real
 // engines. The holder is this test binary (TestMain).
 func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
-	targets := cliTargets(t)
-	if kt, ok := enginetest.KubeIfConfigured(t); ok {
-		// the cluster too: its Pod is kept off the network by a
-		// NetworkPolicy, and the relay runs over kubectl exec
-		dir := t.TempDir()
-		targets = append(targets, struct {
-			enginetest.Target
-			environ []string
-		}{kt, append(append([]string{}, kt.Env...), "HSBX_RUNTIME="+kt.Bin, "HSBX_KUBE_NAMESPACE="+kt.Kube.Namespace,
-			"HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+dir, "TERMINAL_DOCKER_IMAGE="+kt.Image,
-			"TERMINAL_CONTAINER_PERSISTENT=false", "HSBX_PROFILE=hsbx-clitest", "TERMINAL_DOCKER_ORPHAN_REAPER=false")})
-	}
-	for _, tg := range targets {
-		if tg.Fake {
-			continue // the fakes' sandboxes have the host's network: internal/channel's TestRelay*
-		}
-		// engineExec runs argv in the sandbox with the engine's own exec,
-		// no hsbx involved.
-		engineExec := func(id string, argv ...string) []string {
-			if tg.Dialect() == runtime.Kubectl {
-				_, name, _ := strings.Cut(id, "/")
-				return append([]string{tg.Bin, "--namespace", tg.Kube.Namespace, "exec", name, "-c", "sandbox", "--"}, argv...)
-			}
-			return append([]string{tg.Bin, "exec", id}, argv...)
-		}
+	for _, tg := range egressTargets(t) {
+		engineExec := tg.engineExec
 		t.Run(tg.Name, func(t *testing.T) {
 			host := enginetest.HostAddress(t)
 			ln, err := net.Listen("tcp4", host+":0")
@@ -144,6 +121,40 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// egressTarget is a real engine (or the cluster) for the CLI's egress
+// tests, with its own exec (no hsbx involved).
+type egressTarget struct {
+	enginetest.Target
+	environ []string
+}
+
+// engineExec is the engine's own exec of argv in the sandbox id.
+func (tg egressTarget) engineExec(id string, argv ...string) []string {
+	if tg.Dialect() == runtime.Kubectl {
+		_, name, _ := strings.Cut(id, "/")
+		return append([]string{tg.Bin, "--namespace", tg.Kube.Namespace, "exec", "-i", name, "-c", "sandbox", "--"}, argv...)
+	}
+	return append([]string{tg.Bin, "exec", "-i", id}, argv...)
+}
+
+// egressTargets are the real engines and the cluster (its Pod kept off
+// the network by a NetworkPolicy, the relay over kubectl exec).
+func egressTargets(t *testing.T) []egressTarget {
+	var out []egressTarget
+	for _, tg := range cliTargets(t) {
+		if !tg.Fake { // the fakes' sandboxes have the host's network: internal/channel's TestRelay*
+			out = append(out, egressTarget{tg.Target, tg.environ})
+		}
+	}
+	if kt, ok := enginetest.KubeIfConfigured(t); ok {
+		dir := t.TempDir()
+		out = append(out, egressTarget{kt, append(append([]string{}, kt.Env...), "HSBX_RUNTIME="+kt.Bin, "HSBX_KUBE_NAMESPACE="+kt.Kube.Namespace,
+			"HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+dir, "TERMINAL_DOCKER_IMAGE="+kt.Image,
+			"TERMINAL_CONTAINER_PERSISTENT=false", "HSBX_PROFILE=hsbx-clitest", "TERMINAL_DOCKER_ORPHAN_REAPER=false")})
+	}
+	return out
 }
 
 func fetch2(t *testing.T, env, argv []string) string {
