@@ -75,7 +75,9 @@ func startEgressServers(t *testing.T) *egressServers {
 }
 
 // selfSigned is enginetest.SelfSigned.
-func selfSigned(t *testing.T, host string) (tls.Certificate, []byte) { return enginetest.SelfSigned(t, host) }
+func selfSigned(t *testing.T, host string) (tls.Certificate, []byte) {
+	return enginetest.SelfSigned(t, host)
+}
 
 // probeArchive is a tar of dir/netprobe and dir/ca.pem.
 func probeArchive(t *testing.T, dir string, ca []byte) io.Reader {
