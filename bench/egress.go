@@ -2,11 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,15 +36,7 @@ type egressServer struct {
 }
 
 func startEgressServer() *egressServer {
-	host := ""
-	if as, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range as {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-				host = n.IP.String()
-				break
-			}
-		}
-	}
+	host := hostIPv4()
 	if host == "" {
 		return nil
 	}
@@ -140,4 +142,102 @@ func egressRows(ctx context.Context, e *engine) []row {
 	setup := row{"egress: 20 sequential small requests (connection set-up) through the allow relay vs direct with network = on, one exec each",
 		ms(hs), ms(bs), fmt.Sprintf("%.3f", float64(hs)/float64(bs)), "—", fmt.Sprintf("%.1f ms a connection through the relay, %.1f ms direct (one exec's cost in both)", float64(hs.Microseconds())/20e3, float64(bs.Microseconds())/20e3)}
 	return []row{dl, setup}
+}
+
+// brokerRow measures a brokered secret's cost: 20 sequential HTTPS
+// requests, each a new connection, from a Go client in the sandbox to a
+// server a secret is for (the relay terminates the sandbox's TLS, puts
+// the value in and makes its own TLS connection) against the same
+// requests to a server no secret is for (plain CONNECT), in one
+// sandbox, timed by the client. None where allow cannot run.
+func brokerRow(ctx context.Context, e *engine) []row {
+	if strings.Contains(e.name, "rootless") {
+		return nil
+	}
+	host := hostIPv4()
+	if host == "" {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "hsbx-bench-broker-")
+	if err != nil {
+		fail("%v", err)
+	}
+	defer os.RemoveAll(dir)
+	_ = os.Chmod(dir, 0o755)
+	certPEM, cert := benchCert(host)
+	caFile := filepath.Join(dir, "ca.pem")
+	probe := filepath.Join(dir, "netprobe")
+	if err := os.WriteFile(caFile, certPEM, 0o644); err != nil {
+		fail("%v", err)
+	}
+	must(ctx, append(os.Environ(), "CGO_ENABLED=0"), "go", "build", "-o", probe, "./internal/enginetest/testdata/netprobe")
+	serve := func() string {
+		ln, err := tls.Listen("tcp4", host+":0", &tls.Config{Certificates: []tls.Certificate{cert}})
+		if err != nil {
+			fail("%v", err)
+		}
+		go func() {
+			_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") }))
+		}()
+		return ln.Addr().String()
+	}
+	brokered, passed := serve(), serve()
+	env := append(slices.Clone(e.env), "SSL_CERT_FILE="+caFile, "BENCH_KEY=sk-bench", "TERMINAL_CONTAINER_PERSISTENT=false",
+		`HSBX_SECRETS=[{"name":"KEY","hosts":["`+brokered+`"],"env":"BENCH_KEY"}]`)
+	id := strings.TrimSpace(string(must(ctx, env, e.hsbx("up", "--task", "broker", "--network", "allow", "--egress-allow", passed)...).Stdout))
+	defer must(ctx, env, e.hsbx("down", "--task", "broker")...)
+	must(ctx, env, e.hsbx("cp", "--task", "broker", probe, ":/workspace/netprobe")...)
+	must(ctx, env, e.hsbx("cp", "--task", "broker", caFile, ":/workspace/ca.pem")...)
+	timeIt := func(args ...string) time.Duration {
+		res := run(ctx, os.Environ(), e.engineExec(id, append([]string{"/workspace/netprobe", "seq", "20"}, args...)...)...)
+		ms, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+		if err != nil {
+			fail("%s: the broker's probe: %q %q", e.name, res.Stdout, res.Stderr)
+		}
+		return time.Duration(ms) * time.Millisecond
+	}
+	// The holder relays once a request goes through.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		res := run(ctx, os.Environ(), e.engineExec(id, "/workspace/netprobe", "seq", "1", "https://"+brokered+"/", "KEY")...)
+		if res.ExitCode == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("%s: the broker never answered: %q", e.name, res.Stdout)
+		}
+	}
+	h, b := pair(ctx, e, max(*runs/4, 3),
+		func() time.Duration { return timeIt("https://"+brokered+"/", "KEY") },
+		func() time.Duration { return timeIt("https://"+passed+"/", "KEY", "/workspace/ca.pem") })
+	return []row{{"secrets: 20 sequential HTTPS requests (new connections) through the broker (TLS terminated, the value put in) vs plain CONNECT, timed in the sandbox",
+		ms(h), ms(b), fmt.Sprintf("%.3f", float64(h)/float64(b)), "—", fmt.Sprintf("+%.1f ms a request", float64((h-b).Microseconds())/20e3)}}
+}
+
+// hostIPv4 is an address of this host a sandbox's relay reaches (not
+// loopback).
+func hostIPv4() string {
+	as, _ := net.InterfaceAddrs()
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+// benchCert is a self-signed certificate for address host, and its PEM.
+func benchCert(host string) ([]byte, tls.Certificate) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		fail("%v", err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hsbx bench"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP(host)}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		fail("%v", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

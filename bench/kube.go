@@ -74,6 +74,7 @@ func kubeBench(ctx context.Context) string {
 		return kc("cp", "-c", "sandbox", strings.Replace(src, ":", pod+":", 1), strings.Replace(dst, ":", pod+":", 1))
 	})...)
 	rows = append(rows, egressRows(ctx, e)...)
+	rows = append(rows, brokerRow(ctx, e)...)
 	rows = append(rows, kubeOffUp(ctx, e))
 	b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {

@@ -154,6 +154,7 @@ func main() {
 		})...)
 		rows = append(rows, gvisorRows(ctx, e)...)
 		rows = append(rows, egressRows(ctx, e)...)
+		rows = append(rows, brokerRow(ctx, e)...)
 		b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
 		for _, r := range rows {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)

@@ -163,3 +163,22 @@ func ExampleEgress() {
 	// <nil>
 	// egress_allow: "pypi.*": a wildcard is only a leading "*."; want host names (*.example.com), addresses or CIDRs, each with an optional :PORT
 }
+
+// A brokered secret: the sandbox sees a placeholder under OPENAI_API_KEY,
+// and the relay puts the value (here from a function, called per
+// request) into HTTPS requests to api.openai.com only.
+func ExampleSecret() {
+	spec := sandbox.DefaultSpec()
+	spec.Network = false
+	spec.Egress = &sandbox.Egress{Allow: []string{"pypi.org"}, Secrets: []sandbox.Secret{{
+		Name:  "OPENAI_API_KEY",
+		Hosts: []string{"api.openai.com"},
+		Value: func() (string, error) { return os.Getenv("OPENAI_API_KEY"), nil },
+	}}}
+	fmt.Println(spec.Validate())
+	spec.Egress.Secrets[0].Env = "OPENAI_API_KEY" // a second source
+	fmt.Println(spec.Validate())
+	// Output:
+	// <nil>
+	// secrets: secret OPENAI_API_KEY: give exactly one of env, file (or Value in Go) for where its value is on the host
+}

@@ -7,6 +7,10 @@
 //	netprobe get URL [CA-PEM]   GET through the proxy variables: "STATUS BODY"
 //	netprobe secret URL VAR     GET with "Authorization: Bearer $VAR": "STATUS BODY"
 //	netprobe many N URL         N GETs at once: "OK/N"
+//	netprobe seq N URL VAR [CA-PEM]
+//	                            N GETs one after another, each a new
+//	                            connection, with "Authorization: Bearer $VAR":
+//	                            "MS" (the whole run, in milliseconds)
 //	netprobe dial HOST:PORT     a raw TCP connect, ignoring the proxy variables
 //	netprobe udp HOST:PORT      a UDP datagram, and wait for an answer
 //	netprobe dns NAME           a DNS lookup (the pure Go resolver)
@@ -43,6 +47,13 @@ func main() {
 		ok = get(os.Args[2], ca)
 	case "secret":
 		ok = secret(os.Args[2], os.Getenv(os.Args[3]))
+	case "seq":
+		n, _ := strconv.Atoi(os.Args[2])
+		ca := ""
+		if len(os.Args) > 5 {
+			ca = os.Args[5]
+		}
+		ok = seq(n, os.Args[3], os.Getenv(os.Args[4]), ca)
 	case "many":
 		n, _ := strconv.Atoi(os.Args[2])
 		ok = many(n, os.Args[3])
@@ -135,6 +146,29 @@ func secret(url, value string) bool {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	fmt.Printf("%d %s\n", resp.StatusCode, strings.TrimSpace(string(b)))
+	return true
+}
+
+func seq(n int, url, value, ca string) bool {
+	cl := client(ca)
+	cl.Transport.(*http.Transport).DisableKeepAlives = true
+	start := time.Now()
+	for range n {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+value)
+		resp, err := cl.Do(req)
+		if err != nil {
+			fmt.Println("no:", err)
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			fmt.Println("no: status", resp.StatusCode)
+			return false
+		}
+	}
+	fmt.Println(time.Since(start).Milliseconds())
 	return true
 }
 
