@@ -183,8 +183,9 @@ func brokerRow(ctx context.Context, e *engine) []row {
 	}
 	brokered, passed := serve(), serve()
 	env := append(slices.Clone(e.env), "SSL_CERT_FILE="+caFile, "BENCH_KEY=sk-bench", "TERMINAL_CONTAINER_PERSISTENT=false",
+		"HSBX_NETWORK=allow", `HSBX_EGRESS_ALLOW=["`+passed+`"]`,
 		`HSBX_SECRETS=[{"name":"KEY","hosts":["`+brokered+`"],"env":"BENCH_KEY"}]`)
-	id := strings.TrimSpace(string(must(ctx, env, e.hsbx("up", "--task", "broker", "--network", "allow", "--egress-allow", passed)...).Stdout))
+	id := strings.TrimSpace(string(must(ctx, env, e.hsbx("up", "--task", "broker")...).Stdout))
 	defer must(ctx, env, e.hsbx("down", "--task", "broker")...)
 	must(ctx, env, e.hsbx("cp", "--task", "broker", probe, ":/workspace/netprobe")...)
 	must(ctx, env, e.hsbx("cp", "--task", "broker", caFile, ":/workspace/ca.pem")...)

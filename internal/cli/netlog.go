@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -96,6 +97,10 @@ func writeNetlog(w io.Writer, recs []egress.Record, header bool) {
 			decision, why = "allowed", r.Rule
 			if r.Error != "" {
 				decision, why = "failed", r.Error
+			}
+			if len(r.Secrets) > 0 && r.Error == "" {
+				decision = "brokered" // a secret's value went in (docs/secrets.md)
+				why += " (secrets: " + strings.Join(r.Secrets, ", ") + ")"
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Time.Local().Format("2006-01-02 15:04:05"), decision, safe(r.Method),
