@@ -280,6 +280,17 @@ func TestCANameConstraints(t *testing.T) {
 	}
 }
 
+// Every record passes one redaction: a value in any word is replaced.
+func TestBrokerRedactsRecords(t *testing.T) {
+	b := &Broker{Secrets: []Secret{{Name: "K", Placeholder: NewPlaceholder()}}, Values: func(string) (string, error) { return "sk-secret-value", nil }}
+	var got Record
+	p := &Proxy{Broker: b, Log: func(r Record) { got = r }}
+	p.log(Record{Error: "upstream said: bad key sk-secret-value", Reason: "x sk-secret-value y"}, time.Now())
+	if strings.Contains(fmt.Sprintf("%+v", got), "sk-secret-value") || !strings.Contains(got.Error, "[secret K]") {
+		t.Fatalf("%+v", got)
+	}
+}
+
 func TestParseSecrets(t *testing.T) {
 	good := []Secret{{Name: "A", Hosts: []string{"api.example.com"}, Placeholder: NewPlaceholder()},
 		{Name: "B_2", Hosts: []string{"*.x.example:443", "192.0.2.1"}, Header: "Authorization: Bearer {}", Placeholder: NewPlaceholder()}}

@@ -159,6 +159,7 @@ func (p *Proxy) Serve(ctx context.Context, c Conn) {
 
 func (p *Proxy) log(rec Record, start time.Time) {
 	rec.DurationMS = time.Since(start).Milliseconds()
+	p.Broker.redact(&rec)
 	if p.Log != nil {
 		p.Log(rec)
 	}

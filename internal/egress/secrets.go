@@ -371,3 +371,22 @@ func SourceValues(sources []Source, getenv func(string) string) Values {
 		return "", fmt.Errorf("no source for secret %s here", name)
 	}
 }
+
+// redact is the one point every record of the network log (and the
+// holder's log, made from the same records) passes: a secret's value in
+// any of its words (an upstream's error that quoted a request) becomes
+// "[secret NAME]".
+func (b *Broker) redact(r *Record) {
+	if b == nil || b.Values == nil {
+		return
+	}
+	for _, s := range b.Secrets {
+		v, err := b.Values(s.Name)
+		if err != nil || len(v) < 4 {
+			continue
+		}
+		for _, f := range []*string{&r.Host, &r.Rule, &r.Reason, &r.Error, &r.Method} {
+			*f = strings.ReplaceAll(*f, v, "[secret "+s.Name+"]")
+		}
+	}
+}
