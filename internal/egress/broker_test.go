@@ -5,14 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -318,8 +316,6 @@ func TestParseSecrets(t *testing.T) {
 	if _, err := ParseSecrets(EncodeSecrets(dup)); err == nil {
 		t.Error("a repeated secret was taken")
 	}
-	_ = errors.New
-	_ = strconv.Itoa
 }
 
 func FuzzParseSecrets(f *testing.F) {
