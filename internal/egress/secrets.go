@@ -184,16 +184,6 @@ func (b *Broker) placeholderIn(p []byte, ok ...Secret) (Secret, bool) {
 	}
 }
 
-// couldStart says whether p is the start of one of the placeholders.
-func (b *Broker) couldStart(p []byte) bool {
-	for _, s := range b.Secrets {
-		if len(p) < len(s.Placeholder) && bytes.HasPrefix([]byte(s.Placeholder), p) {
-			return true
-		}
-	}
-	return false
-}
-
 // errExfiltration is a placeholder on its way where its secret may not go.
 type errExfiltration struct {
 	secret string
@@ -272,16 +262,18 @@ func (b *Broker) inject(r *http.Request, ours []Secret, dest string) ([]string, 
 	return used, nil
 }
 
-// scanner watches bytes on their way out for a placeholder, holding back
-// the tail that could be the start of one, so that no placeholder leaves
-// before it is seen: Write passes on what cannot be part of one and
-// fails, writing nothing more, when one appears.
+// scanner watches bytes on their way out for a placeholder: a write
+// that would complete one is not passed on, and fails (and so does every
+// later one). Nothing is held back (a protocol waiting for an answer
+// never stalls on the scanner); the end of what went before is kept, so
+// a placeholder split across writes is caught when its last part comes:
+// what an earlier write carried of it has gone, the rest never goes.
 type scanner struct {
 	b    *Broker
 	ok   []Secret // the secrets dest may receive: their placeholders pass
 	dest string
 	w    interface{ Write([]byte) (int, error) }
-	tail []byte
+	sent []byte // the end of what went, as long as a placeholder less one
 	err  error
 }
 
@@ -289,39 +281,23 @@ func (s *scanner) Write(p []byte) (int, error) {
 	if s.err != nil {
 		return 0, s.err
 	}
-	buf := append(s.tail, p...)
+	buf := append(slices.Clone(s.sent), p...)
 	if sec, found := s.b.placeholderIn(buf, s.ok...); found {
 		s.err = &errExfiltration{secret: sec.Name, dest: s.dest}
 		return 0, s.err
 	}
-	// Only a tail that could be the start of a placeholder stays until
-	// the rest comes (anything else goes at once: a protocol waiting for
-	// an answer never stalls on what is held back).
-	cut := len(buf)
-	for i := max(len(buf)-(len(PlaceholderPrefix)+32-1), 0); i < len(buf); i++ {
-		if s.b.couldStart(buf[i:]) {
-			cut = i
-			break
-		}
+	n, err := s.w.Write(p)
+	keep := len(PlaceholderPrefix) + 32 - 1
+	if len(buf) > keep {
+		buf = buf[len(buf)-keep:]
 	}
-	if cut > 0 {
-		if _, err := s.w.Write(buf[:cut]); err != nil {
-			return 0, err
-		}
-	}
-	s.tail = append(s.tail[:0], buf[cut:]...)
-	return len(p), nil
+	s.sent = append(s.sent[:0], buf...)
+	return n, err
 }
 
-// flush passes on what is held back (at the end of the data).
-func (s *scanner) flush() error {
-	if s.err != nil || len(s.tail) == 0 {
-		return s.err
-	}
-	_, err := s.w.Write(s.tail)
-	s.tail = s.tail[:0]
-	return err
-}
+// flush is nothing to do (nothing is held back); it says whether a
+// placeholder was caught.
+func (s *scanner) flush() error { return s.err }
 
 var errNoCA = errors.New("no certificate authority for this sandbox's secrets on this host")
 
