@@ -37,14 +37,20 @@ type CA struct {
 	leaves map[string]*tls.Certificate
 }
 
+// newKey is a certificate's new key and random serial number.
+func newKey() (*ecdsa.PrivateKey, *big.Int, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	return key, serial, err
+}
+
 // NewCA makes a CA for a sandbox whose secrets go to hosts (Secret.Hosts'
 // entries): its name constraints permit those names and addresses only.
 func NewCA(name string, hosts []string) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	key, serial, err := newKey()
 	if err != nil {
 		return nil, err
 	}
@@ -133,11 +139,7 @@ func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 	if c, ok := ca.leaves[host]; ok && time.Until(c.Leaf.NotAfter) > time.Hour {
 		return c, nil
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126))
+	key, serial, err := newKey()
 	if err != nil {
 		return nil, err
 	}
