@@ -433,7 +433,7 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		if err == nil && !spec.Network {
 			err = s.proveOffline(ctx, id, name)
 			if err == nil && ca != nil {
-				err = s.installTrust(ctx, id, name, ca)
+				err = s.installTrust(ctx, id, ca)
 			}
 			if err != nil {
 				if ca != nil {

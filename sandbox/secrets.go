@@ -185,7 +185,7 @@ func (s *Sandbox) newSecretsCA(spec Spec, name, nonce string) (*egress.CA, error
 // installTrust puts the sandbox's CA certificate where the CA variables
 // point, through the agent (as root where the engine can say so); the
 // sandbox is removed when that fails, never handed out half made.
-func (s *Sandbox) installTrust(ctx context.Context, id, name string, ca *egress.CA) error {
+func (s *Sandbox) installTrust(ctx context.Context, id string, ca *egress.CA) error {
 	user := "0"
 	if s.rt().Dialect() == runtime.Kubectl {
 		user = "" // a Pod's exec runs as the Pod's user

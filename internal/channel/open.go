@@ -229,7 +229,7 @@ func runMode(ctx context.Context, a Agent, timeout time.Duration, one bool, stdi
 			spec.Stdin, spec.Interactive = bytes.NewReader(stdin), true
 		}
 		code, err := a.Runtime.Exec(ctx, spec)
-		if err == nil && code != 0 && code != 127 && code != 126 && len(errb.Bytes()) > 0 && !(code == 1 && one) {
+		if err == nil && code != 0 && code != 127 && code != 126 && len(errb.Bytes()) > 0 && (code != 1 || !one) {
 			err = fmt.Errorf("the agent's %s exited %d: %s", args[0], code, strings.TrimSpace(string(errb.Bytes())))
 		}
 		if err == nil && code == 1 && one {

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -52,7 +51,7 @@ func (p *Proxy) brokerPlain(c Conn, br *bufio.Reader, up net.Conn, forward []byt
 		return
 	}
 	if sec, found := p.Broker.placeholderIn(held); found {
-		refuseSecret(c, rec, &errExfiltration{secret: sec.Name, dest: dest})
+		refuseSecret(c, rec, &exfiltrationError{secret: sec.Name, dest: dest})
 		return
 	}
 	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(held), r.Body))
@@ -64,7 +63,7 @@ func (p *Proxy) brokerPlain(c Conn, br *bufio.Reader, up net.Conn, forward []byt
 		err = sc.flush()
 	}
 	rec.BytesOut = out.n
-	var ex *errExfiltration
+	var ex *exfiltrationError
 	if errors.As(err, &ex) {
 		// The placeholder never left (the scanner holds back what could
 		// be one); what went before it did.
@@ -149,7 +148,7 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 		held, err := io.ReadAll(io.LimitReader(r.Body, bodyScan+1))
 		if err == nil {
 			if sec, found := p.Broker.placeholderIn(held, ours...); found {
-				err = &errExfiltration{secret: sec.Name, dest: dest}
+				err = &exfiltrationError{secret: sec.Name, dest: dest}
 			}
 		}
 		if err != nil {
@@ -234,9 +233,8 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // connAdapter is a relayed Conn as the net.Conn crypto/tls takes, its
 // reads from r (what was buffered past the CONNECT head comes first).
 type connAdapter struct {
-	c  Conn
-	r  *bufio.Reader
-	mu sync.Mutex
+	c Conn
+	r *bufio.Reader
 }
 
 func (a *connAdapter) Read(p []byte) (int, error)       { return a.r.Read(p) }

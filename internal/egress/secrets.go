@@ -184,27 +184,27 @@ func (b *Broker) placeholderIn(p []byte, ok ...Secret) (Secret, bool) {
 	}
 }
 
-// errExfiltration is a placeholder on its way where its secret may not go.
-type errExfiltration struct {
+// exfiltrationError is a placeholder on its way where its secret may not go.
+type exfiltrationError struct {
 	secret string
 	dest   string
 }
 
-func (e *errExfiltration) Error() string {
+func (e *exfiltrationError) Error() string {
 	return fmt.Sprintf("the placeholder of secret %s was sent to %s, which may not receive it: refused as an exfiltration attempt", e.secret, e.dest)
 }
 
 // inject rewrites r, a request to dest whose secrets are ours (the
 // secrets dest may receive): their placeholders in the target and the
 // headers get the values, Header templates are set; a placeholder of any
-// other secret is an *errExfiltration. It returns the names injected.
+// other secret is an *exfiltrationError. It returns the names injected.
 func (b *Broker) inject(r *http.Request, ours []Secret, dest string) ([]string, error) {
 	head := r.URL.String() + "\n"
 	for k, vs := range r.Header {
 		head += k + ": " + strings.Join(vs, ",") + "\n"
 	}
 	if sec, found := b.placeholderIn([]byte(head), ours...); found {
-		return nil, &errExfiltration{secret: sec.Name, dest: dest}
+		return nil, &exfiltrationError{secret: sec.Name, dest: dest}
 	}
 	var used []string
 	for _, s := range ours {
@@ -283,7 +283,7 @@ func (s *scanner) Write(p []byte) (int, error) {
 	}
 	buf := append(slices.Clone(s.sent), p...)
 	if sec, found := s.b.placeholderIn(buf, s.ok...); found {
-		s.err = &errExfiltration{secret: sec.Name, dest: s.dest}
+		s.err = &exfiltrationError{secret: sec.Name, dest: s.dest}
 		return 0, s.err
 	}
 	n, err := s.w.Write(p)

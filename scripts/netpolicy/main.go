@@ -262,7 +262,7 @@ func (e *enforcer) sync(ctx context.Context) error {
 	if want == e.applied {
 		return nil
 	}
-	if _, err := e.iptables(ctx, strings.NewReader(want), "iptables-restore", "--noflush"); err != nil {
+	if err := e.iptables(ctx, strings.NewReader(want), "iptables-restore", "--noflush"); err != nil {
 		return err
 	}
 	e.applied = want
@@ -270,27 +270,27 @@ func (e *enforcer) sync(ctx context.Context) error {
 	return nil
 }
 
-func (e *enforcer) iptables(ctx context.Context, stdin io.Reader, argv ...string) (proc.Result, error) {
+func (e *enforcer) iptables(ctx context.Context, stdin io.Reader, argv ...string) error {
 	res, err := e.run.Run(ctx, proc.Cmd{Argv: argv, Env: os.Environ(), Stdin: stdin, Timeout: 20 * time.Second})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("%s: exit %d: %s", strings.Join(argv, " "), res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
-	return res, err
+	return err
 }
 
 // hook makes the chain and jumps to it first from FORWARD (Pod to Pod,
 // and to anywhere past the node) and INPUT (Pod to the node itself).
 func (e *enforcer) hook(ctx context.Context) error {
-	if _, err := e.iptables(ctx, nil, "iptables", "-w", "-N", chain); err != nil {
-		if _, lerr := e.iptables(ctx, nil, "iptables", "-w", "-L", chain, "-n"); lerr != nil {
+	if err := e.iptables(ctx, nil, "iptables", "-w", "-N", chain); err != nil {
+		if lerr := e.iptables(ctx, nil, "iptables", "-w", "-L", chain, "-n"); lerr != nil {
 			return err
 		}
 	}
 	for _, from := range []string{"FORWARD", "INPUT"} {
-		if _, err := e.iptables(ctx, nil, "iptables", "-w", "-C", from, "-j", chain); err == nil {
+		if err := e.iptables(ctx, nil, "iptables", "-w", "-C", from, "-j", chain); err == nil {
 			continue
 		}
-		if _, err := e.iptables(ctx, nil, "iptables", "-w", "-I", from, "1", "-j", chain); err != nil {
+		if err := e.iptables(ctx, nil, "iptables", "-w", "-I", from, "1", "-j", chain); err != nil {
 			return err
 		}
 	}
@@ -301,8 +301,8 @@ func (e *enforcer) unhook() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, from := range []string{"FORWARD", "INPUT"} {
-		_, _ = e.iptables(ctx, nil, "iptables", "-w", "-D", from, "-j", chain)
+		_ = e.iptables(ctx, nil, "iptables", "-w", "-D", from, "-j", chain)
 	}
-	_, _ = e.iptables(ctx, nil, "iptables", "-w", "-F", chain)
-	_, _ = e.iptables(ctx, nil, "iptables", "-w", "-X", chain)
+	_ = e.iptables(ctx, nil, "iptables", "-w", "-F", chain)
+	_ = e.iptables(ctx, nil, "iptables", "-w", "-X", chain)
 }
