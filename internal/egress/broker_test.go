@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -278,6 +280,34 @@ func TestCANameConstraints(t *testing.T) {
 		t.Error("a key of another CA was taken")
 	}
 }
+
+// A destination's name carrying a placeholder is refused before any
+// lookup (a name server would see it).
+func TestBrokerRefusesAPlaceholderInAName(t *testing.T) {
+	ph := NewPlaceholder()
+	var looked atomic.Bool
+	var rec atomic.Value
+	px := &Proxy{Policy: &Policy{Rules: mustRules(t, "*.example.com"), Resolve: func(context.Context, string) ([]netip.Addr, error) {
+		looked.Store(true)
+		return nil, errors.New("no")
+	}}, Broker: &Broker{Secrets: []Secret{{Name: "K", Hosts: []string{"api.example.com"}, Placeholder: ph}}}, Log: func(r Record) { rec.Store(r) }}
+	a, b := net.Pipe()
+	done := make(chan struct{})
+	go func() { px.Serve(context.Background(), pipeConn{a}); close(done) }()
+	fmt.Fprintf(b, "CONNECT %s.example.com:443 HTTP/1.1\r\n\r\n", ph)
+	line, _ := bufio.NewReader(b).ReadString('\n')
+	b.Close()
+	<-done
+	r, _ := rec.Load().(Record)
+	if !strings.Contains(line, "403") || looked.Load() || r.Allowed || !strings.Contains(r.Reason, "exfiltration") {
+		t.Fatalf("CONNECT to a name with a placeholder: %q, looked up %v, logged %+v", line, looked.Load(), r)
+	}
+}
+
+// pipeConn is one end of a net.Pipe as a relayed Conn.
+type pipeConn struct{ net.Conn }
+
+func (p pipeConn) CloseWrite() error { return nil }
 
 // Every record passes one redaction: a value in any word is replaced.
 func TestBrokerRedactsRecords(t *testing.T) {

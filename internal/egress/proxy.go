@@ -92,6 +92,13 @@ func (p *Proxy) Serve(ctx context.Context, c Conn) {
 		return
 	}
 	rec.Method, rec.Host, rec.Port = req.method, req.host, req.port
+	if sec, found := p.Broker.placeholderIn([]byte(req.host)); found {
+		// Before any lookup: a name carrying a placeholder would take it
+		// to a name server.
+		refuseSecret(c, &rec, &exfiltrationError{secret: sec.Name, dest: "the name " + clip(req.host)})
+		p.log(rec, start)
+		return
+	}
 	d := p.Policy.Decide(ctx, req.host, req.port)
 	rec.Allowed, rec.Rule, rec.Reason = d.Allowed, d.Rule, d.Reason
 	if !d.Allowed {
