@@ -20,7 +20,7 @@ import (
 	"github.com/hsbx/hsbx/sandbox"
 )
 
-// What brokered secrets promise, on every engine: an unmodified client
+// What brokered secrets promise, on every engine, under runc and gVisor: an unmodified client
 // in the sandbox (it reads SSL_CERT_FILE) reaches a local HTTPS server
 // standing in for a provider (its own test CA) with the placeholder, and
 // the server sees the real value; a new value applies to the next
@@ -47,98 +47,111 @@ func TestSecretsBrokered(t *testing.T) {
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(caPEM)
 
-		value := "sk-real-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		var vmu sync.Mutex
-		current := value
-		spec := e.spec()
-		spec.Network, spec.Persistent = false, false
-		spec.Egress = &sandbox.Egress{Allow: []string{srv.allowed, srv.tls}, RootCAs: roots, Secrets: []sandbox.Secret{{
-			Name: "PROVIDER_KEY", Hosts: []string{dest},
-			Value: func() (string, error) { vmu.Lock(); defer vmu.Unlock(); return current, nil },
-		}}}
-		sb := e.channelManager().Sandbox(e.key("secrets"), spec)
-		t.Cleanup(func() { _ = sb.Close(ctx) })
-		res, err := sb.Ensure(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sub := "netprobe-" + strconv.Itoa(os.Getpid())
-		dir := "/workspace/" + sub
-		if err := sb.CopyInArchive(ctx, "/workspace", probeArchive(t, sub, srv.caPEM)); err != nil {
-			t.Fatal(err)
-		}
-		run := func(argv ...string) (string, int) {
-			t.Helper()
-			var out bytes.Buffer
-			code, err := sb.Exec(ctx, sandbox.Command{Argv: argv, Stdout: &out, Stderr: &out})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return strings.TrimSpace(out.String()), code
-		}
-		placeholder, _ := run("sh", "-c", "printf %s \"$PROVIDER_KEY\"")
-		if !strings.HasPrefix(placeholder, egress.PlaceholderPrefix) {
-			t.Fatalf("the sandbox sees PROVIDER_KEY=%q, want a placeholder", placeholder)
-		}
-		if out, code := run(dir+"/netprobe", "secret", "https://"+dest+"/v1", "PROVIDER_KEY"); code != 0 || out != "200 provider saw it" {
-			t.Fatalf("to the provider: exit %d %q", code, out)
-		}
-		vmu.Lock()
-		current = value + "-rotated"
-		vmu.Unlock()
-		if out, code := run(dir+"/netprobe", "secret", "https://"+dest+"/v1", "PROVIDER_KEY"); code != 0 || out != "200 provider saw it" {
-			t.Fatalf("after rotation: exit %d %q", code, out)
-		}
-		mu.Lock()
-		got := slices0(seen)
-		mu.Unlock()
-		if len(got) != 2 || got[0] != "Bearer "+value || got[1] != "Bearer "+value+"-rotated" {
-			t.Fatalf("the provider saw %q, want the value, then the new one", got)
-		}
+		for _, name := range []string{"runc", "gvisor"} {
+			t.Run(name, func(t *testing.T) {
+				if name == "gvisor" && e.kube() && e.tg.GVisor == "" {
+					t.Skip("the project's cluster has no gVisor RuntimeClass (docs/containment.md)")
+				}
+				mu.Lock()
+				seen = nil
+				mu.Unlock()
+				value := "sk-real-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+				var vmu sync.Mutex
+				current := value
+				spec := e.spec()
+				if name == "gvisor" {
+					spec = e.gvisor()
+				}
+				spec.Network, spec.Persistent = false, false
+				spec.Egress = &sandbox.Egress{Allow: []string{srv.allowed, srv.tls}, RootCAs: roots, Secrets: []sandbox.Secret{{
+					Name: "PROVIDER_KEY", Hosts: []string{dest},
+					Value: func() (string, error) { vmu.Lock(); defer vmu.Unlock(); return current, nil },
+				}}}
+				sb := e.channelManager().Sandbox(e.key("secrets-"+name), spec)
+				t.Cleanup(func() { _ = sb.Close(ctx) })
+				res, err := sb.Ensure(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sub := "netprobe-" + strconv.Itoa(os.Getpid())
+				dir := "/workspace/" + sub
+				if err := sb.CopyInArchive(ctx, "/workspace", probeArchive(t, sub, srv.caPEM)); err != nil {
+					t.Fatal(err)
+				}
+				run := func(argv ...string) (string, int) {
+					t.Helper()
+					var out bytes.Buffer
+					code, err := sb.Exec(ctx, sandbox.Command{Argv: argv, Stdout: &out, Stderr: &out})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return strings.TrimSpace(out.String()), code
+				}
+				placeholder, _ := run("sh", "-c", "printf %s \"$PROVIDER_KEY\"")
+				if !strings.HasPrefix(placeholder, egress.PlaceholderPrefix) {
+					t.Fatalf("the sandbox sees PROVIDER_KEY=%q, want a placeholder", placeholder)
+				}
+				if out, code := run(dir+"/netprobe", "secret", "https://"+dest+"/v1", "PROVIDER_KEY"); code != 0 || out != "200 provider saw it" {
+					t.Fatalf("to the provider: exit %d %q", code, out)
+				}
+				vmu.Lock()
+				current = value + "-rotated"
+				vmu.Unlock()
+				if out, code := run(dir+"/netprobe", "secret", "https://"+dest+"/v1", "PROVIDER_KEY"); code != 0 || out != "200 provider saw it" {
+					t.Fatalf("after rotation: exit %d %q", code, out)
+				}
+				mu.Lock()
+				got := slices0(seen)
+				mu.Unlock()
+				if len(got) != 2 || got[0] != "Bearer "+value || got[1] != "Bearer "+value+"-rotated" {
+					t.Fatalf("the provider saw %q, want the value, then the new one", got)
+				}
 
-		// Anywhere else: refused, logged.
-		if out, _ := run(dir+"/netprobe", "secret", "http://"+srv.allowed+"/x", "PROVIDER_KEY"); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "exfiltration") {
-			t.Fatalf("the placeholder to another server: %q, want a 403", out)
-		}
-		// No certificate of the sandbox's CA for a host no secret is for:
-		// the other HTTPS server's own certificate reaches the client,
-		// which does not trust it.
-		if out, code := run(dir+"/netprobe", "get", "https://"+srv.tls+"/"); code == 0 || !strings.Contains(out, "certificate") {
-			t.Fatalf("HTTPS to a host no secret is for, without its CA: exit %d %q, want a certificate error", code, out)
-		}
-		// Where the value is not: the sandbox's processes and files, the
-		// CA's key, the engine's record, the network log.
-		hunt := `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c "$0"; grep -rls "$0" /etc /root /workspace /tmp /home 2>/dev/null; grep -rls "PRIVATE KEY" /etc /root /workspace /tmp 2>/dev/null; true`
-		if out, _ := run("sh", "-c", hunt, value); out != "0" {
-			t.Fatalf("inside the sandbox: %q, want no value and no key", out)
-		}
-		if raw := inspectRaw(t, e, res.ID); strings.Contains(raw, value) || !strings.Contains(raw, placeholder) {
-			t.Fatalf("the engine's record holds the value (or lacks the placeholder)")
-		}
-		var injected, refused int
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			recs, err := egress.ReadLog(sb.EgressLog())
-			if err != nil {
-				t.Fatal(err)
-			}
-			injected, refused = 0, 0
-			for _, r := range recs {
-				if len(r.Secrets) == 1 && r.Secrets[0] == "PROVIDER_KEY" && r.Allowed {
-					injected++
+				// Anywhere else: refused, logged.
+				if out, _ := run(dir+"/netprobe", "secret", "http://"+srv.allowed+"/x", "PROVIDER_KEY"); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "exfiltration") {
+					t.Fatalf("the placeholder to another server: %q, want a 403", out)
 				}
-				if !r.Allowed && strings.Contains(r.Reason, "exfiltration") {
-					refused++
+				// No certificate of the sandbox's CA for a host no secret is for:
+				// the other HTTPS server's own certificate reaches the client,
+				// which does not trust it.
+				if out, code := run(dir+"/netprobe", "get", "https://"+srv.tls+"/"); code == 0 || !strings.Contains(out, "certificate") {
+					t.Fatalf("HTTPS to a host no secret is for, without its CA: exit %d %q, want a certificate error", code, out)
 				}
-			}
-			if injected == 2 && refused == 1 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if injected != 2 || refused != 1 {
-			t.Fatalf("network log: %d requests with the value put in (want 2), %d exfiltrations (want 1)", injected, refused)
-		}
-		if b, _ := os.ReadFile(sb.EgressLog()); bytes.Contains(b, []byte(value)) {
-			t.Fatal("the network log holds the value")
+				// Where the value is not: the sandbox's processes and files, the
+				// CA's key, the engine's record, the network log.
+				hunt := `cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c "$0"; grep -rls "$0" /etc /root /workspace /tmp /home 2>/dev/null; grep -rls "PRIVATE KEY" /etc /root /workspace /tmp 2>/dev/null; true`
+				if out, _ := run("sh", "-c", hunt, value); out != "0" {
+					t.Fatalf("inside the sandbox: %q, want no value and no key", out)
+				}
+				if raw := inspectRaw(t, e, res.ID); strings.Contains(raw, value) || !strings.Contains(raw, placeholder) {
+					t.Fatalf("the engine's record holds the value (or lacks the placeholder)")
+				}
+				var injected, refused int
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					recs, err := egress.ReadLog(sb.EgressLog())
+					if err != nil {
+						t.Fatal(err)
+					}
+					injected, refused = 0, 0
+					for _, r := range recs {
+						if len(r.Secrets) == 1 && r.Secrets[0] == "PROVIDER_KEY" && r.Allowed {
+							injected++
+						}
+						if !r.Allowed && strings.Contains(r.Reason, "exfiltration") {
+							refused++
+						}
+					}
+					if injected == 2 && refused == 1 || time.Now().After(deadline) {
+						break
+					}
+				}
+				if injected != 2 || refused != 1 {
+					t.Fatalf("network log: %d requests with the value put in (want 2), %d exfiltrations (want 1)", injected, refused)
+				}
+				if b, _ := os.ReadFile(sb.EgressLog()); bytes.Contains(b, []byte(value)) {
+					t.Fatal("the network log holds the value")
+				}
+			})
 		}
 	})
 }
