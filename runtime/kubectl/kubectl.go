@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hsbx/hsbx/internal/proc"
@@ -31,6 +32,9 @@ type Runtime struct {
 	env     []string
 	timeout time.Duration
 	target  Target
+	// hostIPs are the nodes of the Pods Run has just seen running (id →
+	// hostIP), taken once by ReachTargets.
+	hostIPs sync.Map
 }
 
 var (
@@ -335,6 +339,9 @@ func (r *Runtime) denyNetwork(ctx context.Context, podJSON []byte, uid string) e
 // node (its hostIP, port 10250), which any Pod can connect to unless a
 // policy stops it.
 func (r *Runtime) ReachTargets(ctx context.Context, id string) ([]string, error) {
+	if ip, ok := r.hostIPs.LoadAndDelete(id); ok { // Run has just read it
+		return []string{net.JoinHostPort(ip.(string), "10250")}, nil
+	}
 	uid, name := splitID(id)
 	ps, err := r.get(ctx, "", name)
 	if err != nil {
@@ -381,6 +388,9 @@ func (r *Runtime) waitRunning(ctx context.Context, id string, bound time.Duratio
 		p := ps[i]
 		switch p.state() {
 		case runtime.StateRunning:
+			if ip := p.Status.HostIP; net.ParseIP(ip) != nil {
+				r.hostIPs.Store(id, ip) // ReachTargets' answer, without asking again
+			}
 			return nil
 		case runtime.StateExited, runtime.StateRemoving:
 			return &runtime.EngineError{Kind: runtime.ErrEngine, Argv: r.argv("get", "pods", name),
