@@ -125,7 +125,7 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 	cancel()
 	if err != nil {
 		rec.Error = "TLS to " + dest + ": " + err.Error()
-		writeResponse(inner, 502, "Bad Gateway", "hsbx egress: "+rec.Error+"\n")
+		reply(inner, 502, "Bad Gateway", "hsbx egress: "+rec.Error+"\n")
 		p.log(rec, start)
 		return
 	}
@@ -172,7 +172,7 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 		resp, err := http.ReadResponse(ur, r)
 		if err != nil {
 			one.Error, one.BytesOut = err.Error(), out.n
-			writeResponse(inner, 502, "Bad Gateway", "hsbx egress: "+dest+": "+err.Error()+"\n")
+			reply(inner, 502, "Bad Gateway", "hsbx egress: "+dest+": "+err.Error()+"\n")
 			p.log(one, begin)
 			return
 		}
@@ -206,10 +206,8 @@ const bodyScan = 1 << 20
 // records why.
 func refuseSecret(w io.Writer, rec *Record, err error) {
 	rec.Allowed, rec.Rule, rec.Reason = false, "", err.Error()
-	writeResponse(w, 403, "Forbidden", "hsbx egress: refused: "+err.Error()+"\n")
+	reply(w, 403, "Forbidden", "hsbx egress: refused: "+err.Error()+"\n")
 }
-
-func writeResponse(w io.Writer, code int, status, body string) { reply(w, code, status, body) }
 
 // keepUserAgent stops http.Request.Write from adding Go's own User-Agent
 // to a request that had none.
