@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -548,6 +549,14 @@ func (f *fake) exec(args []string) int {
 			env = append(env, e+"="+v)
 		}
 	}
+	if u := p.last("-u", "--user"); u != "" {
+		home, ok := fakeUser(u)
+		if !ok {
+			return f.userRefused(u)
+		}
+		env = append([]string{"HOME=" + home}, env...) // an -e HOME comes later and wins
+		env = append(env, "FAKEENGINE_EXEC_USER="+u)
+	}
 	wd := p.last("-w", "--workdir")
 	if wd == "" {
 		wd = c.WorkDir
@@ -557,6 +566,46 @@ func (f *fake) exec(args []string) int {
 		return f.ociError(fmt.Sprintf("chdir to cwd (%q) set in config.json failed: no such file or directory", wd), 127)
 	}
 	return f.runExec(c, cmd, wd, env)
+}
+
+// fakeUser is exec --user against the passwd and group files of the
+// test images (busybox's: root 0:0 /root, nobody 65534:65534 /; groups
+// root, nogroup): a uid it does not list is taken as it is, HOME /. The
+// fake runs the command as itself (it cannot switch user); it passes
+// the user on as FAKEENGINE_EXEC_USER.
+func fakeUser(spec string) (home string, ok bool) {
+	name, group, _ := strings.Cut(spec, ":")
+	homes := map[string]string{"root": "/root", "0": "/root", "nobody": "/", "65534": "/"}
+	home, known := homes[name]
+	if !known {
+		if _, err := strconv.ParseUint(name, 10, 32); err != nil {
+			return "", false
+		}
+		home = "/"
+	}
+	if group != "" && group != "root" && group != "nogroup" {
+		if _, err := strconv.ParseUint(group, 10, 32); err != nil {
+			return "", false
+		}
+	}
+	return home, true
+}
+
+// userRefused is the engines' refusal of a user or group the image's
+// files do not list (captured: docker 20.10 on stdout, exit 126; podman
+// 4.3 on stderr after "Error: ", exit 255).
+func (f *fake) userRefused(spec string) int {
+	name, group, _ := strings.Cut(spec, ":")
+	msg := fmt.Sprintf("unable to find user %s: no matching entries in passwd file", name)
+	if _, ok := fakeUser(name); ok {
+		msg = fmt.Sprintf("unable to find group %s: no matching entries in group file", group)
+	}
+	if f.dialect == "podman" {
+		fmt.Fprintln(f.stderr, "Error: "+msg)
+		return 255
+	}
+	fmt.Fprintln(f.stdout, msg)
+	return 126
 }
 
 // knownDirs exist in every fake container; the container's workdir and

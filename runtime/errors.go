@@ -49,6 +49,9 @@ var (
 	// ErrNoSuchPath: a copy named a path that does not exist in the
 	// container.
 	ErrNoSuchPath = errors.New("no such file or directory in the container")
+	// ErrNoSuchUser: a command was asked to run as a user (or group) the
+	// sandbox does not have, or one it cannot switch to.
+	ErrNoSuchUser = errors.New("no such user in the sandbox")
 	// ErrEngine: any other failure reported by the engine.
 	ErrEngine = errors.New("engine error")
 	// ErrForeignClaim: a claim of the sandbox's name exists without its

@@ -293,6 +293,9 @@ const (
 	DiskQuota Feature = "disk-quota"
 	// RunFlags are docker/podman `run` flags passed through (extra_args).
 	RunFlags Feature = "run-flags"
+	// ExecUser is a command run as another user by the engine's own exec
+	// (ExecSpec.User); without it only hsbx's agent switches user.
+	ExecUser Feature = "exec-user"
 )
 
 // Runtime is a container engine driven through its CLI. Every method that

@@ -121,7 +121,7 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 	defer s.markInUse()()
 	token := execToken()
 	keys := slices.Sorted(maps.Keys(env))
-	st := wire.Start{Argv: c.Argv, Dir: c.WorkDir, Marker: ExecIDVar + "=" + token}
+	st := wire.Start{Argv: c.Argv, Dir: c.WorkDir, Marker: ExecIDVar + "=" + token, User: c.User}
 	if r := c.session; r != nil {
 		st.Argv, st.Session, st.Script, st.Op, st.SessionIdleMS = nil, r.name, r.text, r.op, r.idle.Milliseconds()
 	}
@@ -194,6 +194,9 @@ func agentFailure(c Command, res channel.Result) error {
 	}
 	if f.Exhausted {
 		return fmt.Errorf("%w: %s", ErrResourceExhausted, f.Msg)
+	}
+	if f.NoUser {
+		return fmt.Errorf("%w: %s", ErrNoSuchUser, f.Msg)
 	}
 	return fmt.Errorf("%w: hsbx's agent could not run the command: %s", runtime.ErrEngine, f.Msg)
 }

@@ -40,6 +40,14 @@ type Command struct {
 	// Timeout kills the command (in the sandbox, not only the client)
 	// after this long; 0 = none.
 	Timeout time.Duration
+	// User runs the command as this user of the sandbox: a name, a uid,
+	// "name:group" or "uid:gid", looked up in the sandbox's /etc/passwd
+	// and /etc/group as the engine's exec --user does ("" is the sandbox's
+	// exec user). One the sandbox does not have is ErrNoSuchUser. Through
+	// the exec channel hsbx's agent switches user (it must run as root);
+	// on the plain path the engine does (kubectl cannot: there only the
+	// channel runs a command as another user).
+	User string
 
 	session *sessionReq // RunScript's: a session's script, not Argv
 	tap     *stdinTap   // Stdin, for one try after another (Exec)
@@ -127,6 +135,9 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	if err := validUser(c.User); err != nil {
+		return -1, err
+	}
 	// A name the engine client reads itself (PATH, HOME, DOCKER_HOST, ...)
 	// cannot travel in the client's environment, as values do on the
 	// plain path: only the channel (values in its frames, to the agent)
@@ -141,6 +152,16 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 	viaAgent := s.usesChannel(c)
 	if steer != "" && !viaAgent {
 		return -1, s.steerError(steer, "the command cannot take it (a terminal, a per-process sandbox, or exec_channel = false)")
+	}
+	// Another user: the agent, not root in a sandbox run as the host's
+	// user, could not become one; the engine's exec can, where it has
+	// --user. Where it has none (kubectl), only the agent runs it.
+	agentUser := c.User != "" && s.rt().Capabilities().Lacks[runtime.ExecUser] != ""
+	if c.User != "" && s.spec.RunAsHostUser && !agentUser {
+		viaAgent = false
+	}
+	if agentUser && !viaAgent {
+		return -1, s.userError(c.User, "the command cannot take it (a terminal, a per-process sandbox, or exec_channel = false)")
 	}
 	if c.Stdin != nil && viaAgent {
 		c.tap = newStdinTap(c.Stdin) // a try through the channel may take some
@@ -173,6 +194,14 @@ func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
 				return code, err
 			}
 			s.m.beforeStart() // the holder did not take it: what follows may start things
+			if agentUser {
+				if s.awaitHolder(ctx, target) {
+					if code, err := s.execChannel(ctx, target, c, env); !errors.Is(err, errNotReached) {
+						return code, err
+					}
+				}
+				return -1, s.userError(c.User, "the channel is "+s.ChannelStatus(target))
+			}
 			if steer != "" {
 				if s.awaitHolder(ctx, target) {
 					if code, err := s.execChannel(ctx, target, c, env); !errors.Is(err, errNotReached) {
@@ -327,6 +356,34 @@ func (m *Manager) execEnv(env map[string]string) (out map[string]string, steer s
 	return out, steer, nil
 }
 
+// ErrNoSuchUser is a command asked to run as a user (or group) the
+// sandbox does not have, or one hsbx cannot switch to there.
+var ErrNoSuchUser = runtime.ErrNoSuchUser
+
+// validUser checks Command.User's spelling (the sandbox decides whether
+// there is such a user).
+func validUser(u string) error {
+	if u == "" {
+		return nil
+	}
+	name, group, two := strings.Cut(u, ":")
+	bad := name == "" || two && group == "" || strings.Contains(group, ":") || len(u) > 256
+	for _, r := range u {
+		bad = bad || r <= ' ' || r == 0x7f
+	}
+	if bad {
+		return &SpecError{Setting: "user", Msg: fmt.Sprintf("%q is not a user: give NAME, UID, NAME:GROUP or UID:GID", u)}
+	}
+	return nil
+}
+
+// userError refuses a command as another user that only hsbx's agent
+// could run (the engine's exec has no --user), when it cannot.
+func (s *Sandbox) userError(user, why string) error {
+	return &SpecError{Setting: "user", Msg: fmt.Sprintf("running a command as %q here takes hsbx's agent (%s), and %s",
+		user, s.rt().Capabilities().Lacks[runtime.ExecUser], why)}
+}
+
 // steerError refuses a command whose environment names a variable the
 // engine client reads, when the exec channel cannot carry it.
 func (s *Sandbox) steerError(name, why string) error {
@@ -365,6 +422,9 @@ func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env ma
 	}
 	if s.spec.RunAsHostUser {
 		spec.User = fmt.Sprintf("%d:%d", s.m.c.UID, s.m.c.GID)
+	}
+	if c.User != "" {
+		spec.User = c.User
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)

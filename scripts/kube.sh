@@ -129,7 +129,9 @@ mkimage() {
 
 images() {
   local d=$cache/images
-  [ -f "$d/busybox.tar" ] && [ -f "$d/pause.tar" ] && return
+  # users-2: the image's users are the engines' test image's (root and
+  # nobody), which exec --user's tests name.
+  [ -f "$d/busybox.tar" ] && [ -f "$d/pause.tar" ] && [ -f "$d/users-2" ] && return
   say "making the busybox and pause images"
   rm -rf "$d.new"
   mkdir -p "$d.new/bb/bin" "$d.new/bb/tmp" "$d.new/bb/etc" "$d.new/bb/proc" "$d.new/bb/sys" "$d.new/bb/dev" \
@@ -138,12 +140,13 @@ images() {
   cp /bin/busybox "$d.new/bb/bin/busybox"
   local a
   for a in $("$d.new/bb/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$d.new/bb/bin/$a"; done
-  echo 'root:x:0:0:root:/root:/bin/sh' >"$d.new/bb/etc/passwd"
-  echo 'root:x:0:' >"$d.new/bb/etc/group"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$d.new/bb/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$d.new/bb/etc/group"
   gcc -Os -static -DVERSION=v3.10-hsbx -o "$d.new/pause/pause" "$(ksrc)/build/pause/linux/pause.c"
   strip "$d.new/pause/pause"
   mkimage "$d.new/busybox.tar" "docker.io/library/$image:latest" "$d.new/bb" '["sh"]'
   mkimage "$d.new/pause.tar" registry.k8s.io/pause:3.10 "$d.new/pause" '["/pause"]'
+  touch "$d.new/users-2"
   rm -rf "$d.new/bb" "$d.new/pause" "$d"
   mv "$d.new" "$d"
 }

@@ -178,6 +178,11 @@ func (a *agent) loop(r *wire.Reader) error {
 				a.startEgress(f.Stream, st)
 				continue
 			}
+			if st.User != "" && (st.Session != "" || st.Op != "") {
+				_ = a.w.WriteJSON(wire.TExit, f.Stream, wire.Exit{Code: 125, NoUser: true,
+					Failed: "a session runs as the sandbox's exec user; this agent does not run one as another user"})
+				continue
+			}
 			if st.Session != "" || st.Op != "" {
 				a.startSession(f.Stream, st)
 				continue
@@ -244,6 +249,21 @@ func (a *agent) start(id uint32, st wire.Start) {
 	if st.Marker != "" {
 		env = mergeEnv(env, []string{st.Marker})
 	}
+	var cred *syscall.Credential
+	if st.User != "" {
+		u, err := lookupUser(st.User, "/etc/passwd", "/etc/group")
+		if err == nil {
+			cred, err = u.credential(st.User)
+		}
+		if err != nil {
+			var nu *NoUserError
+			_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: 126, Failed: err.Error(), NoUser: errors.As(err, &nu)})
+			return
+		}
+		if !hasVar(st.Env, "HOME") {
+			env = mergeEnv(env, []string{"HOME=" + u.home}) // as the engines set it
+		}
+	}
 	path, code, err := lookPath(st.Argv, env, st.Dir)
 	if err != nil {
 		_ = a.w.Write(wire.TStderr, id, []byte("hsbx: "+err.Error()+"\n"))
@@ -264,7 +284,7 @@ func (a *agent) start(id uint32, st wire.Start) {
 	}
 	p, err := (*child)(nil), keepRoom(commandReserve, "not started")
 	if err == nil {
-		p, err = a.spawner.spawn(path, st.Argv, st.Dir, env, inR, outW, errW)
+		p, err = a.spawner.spawn(path, st.Argv, st.Dir, env, cred, inR, outW, errW)
 	}
 	if inW != nil {
 		inR.Close()
@@ -342,6 +362,16 @@ func (a *agent) start(id uint32, st wire.Start) {
 		s.mu.Unlock()
 		_ = a.w.WriteJSON(wire.TExit, id, wire.Exit{Code: code, Killed: killed})
 	}()
+}
+
+// hasVar says whether env (NAME=value entries) sets name.
+func hasVar(env []string, name string) bool {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == name {
+			return true
+		}
+	}
+	return false
 }
 
 // childPipe makes a pipe whose one end a child gets: blocking from the

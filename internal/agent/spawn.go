@@ -28,7 +28,8 @@ type spawner struct {
 // until the process exits instead of holding a thread in a blocking wait
 // (what os.Process.Wait does): measured through the Go package, `/bin/true`
 // went from 1.07x to 1.05x a shell loop's round trip on docker and podman.
-func (sp *spawner) spawn(path string, argv []string, dir string, env []string, in, out, errf *os.File) (*child, error) {
+// cred, when not nil, is the user it runs as.
+func (sp *spawner) spawn(path string, argv []string, dir string, env []string, cred *syscall.Credential, in, out, errf *os.File) (*child, error) {
 	sp.once.Do(func() { sp.pidfds = clonePidfdWorks() })
 	fds := make([]uintptr, 3)
 	for i, f := range []*os.File{in, out, errf} {
@@ -36,7 +37,7 @@ func (sp *spawner) spawn(path string, argv []string, dir string, env []string, i
 		fds[i] = f.Fd()
 	}
 	pidfd := -1
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	sys := &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	if sp.pidfds {
 		sys.PidFD = &pidfd
 	}

@@ -27,7 +27,7 @@ func TestChildExitStatus(t *testing.T) {
 		want   int
 	}{{"exit 0", 0}, {"exit 3", 3}, {"exit 255", 255}, {"kill -TERM $$", 143}, {"kill -KILL $$", 137}, {"sleep 0.2; exit 7", 7}} {
 		for _, pidfd := range []bool{true, false} {
-			p, err := sp.spawn(sh, []string{"sh", "-c", c.script}, "", os.Environ(), null, null, null)
+			p, err := sp.spawn(sh, []string{"sh", "-c", c.script}, "", os.Environ(), nil, null, null, null)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,7 +43,7 @@ func TestChildExitStatus(t *testing.T) {
 	if !sp.pidfds {
 		t.Log("clone gives no pidfd here: only the blocking wait was tried")
 	}
-	if _, err := sp.spawn("/no/such/program", []string{"x"}, "", nil, null, null, null); !os.IsNotExist(err) {
+	if _, err := sp.spawn("/no/such/program", []string{"x"}, "", nil, nil, null, null, null); !os.IsNotExist(err) {
 		t.Errorf("a missing program: %v, want not-exist", err)
 	}
 }
@@ -58,7 +58,7 @@ func TestSpawnWithoutPidfds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer null.Close()
-	p, err := sp.spawn("/bin/sh", []string{"sh", "-c", "exit 5"}, "", nil, null, null, null)
+	p, err := sp.spawn("/bin/sh", []string{"sh", "-c", "exit 5"}, "", nil, nil, null, null, null)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,15 +79,16 @@ type Result struct {
 }
 
 // Failure is the agent's word that its own machinery, not the command,
-// failed (wire.Exit's Failed, Exhausted, NoShell).
+// failed (wire.Exit's Failed, Exhausted, NoShell, NoUser).
 type Failure struct {
 	Msg       string
 	Exhausted bool
 	NoShell   bool
+	NoUser    bool
 }
 
 func failure(e wire.Exit) Failure {
-	return Failure{Msg: e.Failed, Exhausted: e.Exhausted, NoShell: e.NoShell}
+	return Failure{Msg: e.Failed, Exhausted: e.Exhausted, NoShell: e.NoShell, NoUser: e.NoUser}
 }
 
 // WriteError is a holder's failed write to a file the client passed.

@@ -37,6 +37,7 @@ const (
 	ExitError      = 1   // an error not covered below
 	ExitUsage      = 2   // bad flags, arguments or configuration; nothing was done
 	ExitTimeout    = 124 // exec --timeout fired; the command's processes were killed
+	ExitCannotRun  = 126 // exec --user named a user the sandbox does not have (the engines' status for it)
 	ExitEngine     = 125 // no usable engine, engine unreachable or failing
 	ExitBrokenPipe = 141 // exec's output reader went away (128+SIGPIPE); the command was stopped
 )
@@ -560,6 +561,7 @@ var kindHints = map[string]string{
 	"no_sandbox":     "`hsbx up` makes the task's sandbox (`hsbx ls` lists them)",
 	"no_such_path":   "check the path (`hsbx exec -- ls DIR` lists a directory in the sandbox)",
 	"sandbox_exists": "`hsbx down` removes it first, or use another --task",
+	"no_such_user":   "name a user the sandbox's /etc/passwd lists (`hsbx exec -- cat /etc/passwd`), or a numeric UID[:GID]",
 	"copy_too_large": "raise copy_max_size (HSBX_COPY_MAX_SIZE), or copy less",
 	"session_failed": "run it again (a new session server starts); what failed is named above",
 	"error":          "the message says what failed; --log-level debug shows each engine call hsbx made",

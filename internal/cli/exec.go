@@ -19,6 +19,7 @@ type ExecCmd struct {
 	Workdir     string   `short:"w" help:"Working directory in the sandbox; relative to the sandbox's working directory (the cwd setting)." placeholder:"DIR"`
 	Env         []string `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (PATH, HOME, DOCKER_*, LD_*, ...) go only through the exec channel (refused where it cannot run)." placeholder:"K[=V]"`
 	Timeout     string   `help:"Kill the command (in the sandbox) after this long and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
+	User        string   `short:"u" help:"Run as this user of the sandbox: NAME, UID, NAME:GROUP or UID:GID, looked up in the sandbox's /etc/passwd and /etc/group as the engine's exec --user does (one it lacks: exit 126, kind no_such_user)." placeholder:"USER"`
 	Interactive bool     `short:"i" help:"Keep stdin open."`
 	TTY         bool     `short:"t" help:"Allocate a terminal."`
 	MaxOutput   string   `help:"With --json: keep at most this much of each of stdout and stderr in the result (bytes, or like 64k, 4m; default 1m; 0 keeps none); the rest is counted, not kept." placeholder:"SIZE"`
@@ -44,7 +45,7 @@ func (c *ExecCmd) Run(ctx context.Context, app *App) error {
 	}
 	cmd := sandbox.Command{
 		Argv: argv, WorkDir: c.Workdir, Env: env, Interactive: c.Interactive, TTY: c.TTY,
-		Timeout: app.Cfg.Sandbox.Timeout.Value,
+		Timeout: app.Cfg.Sandbox.Timeout.Value, User: c.User,
 	}
 	if app.G.JSON {
 		return execJSON(ctx, app, cmd, c.MaxOutput)

@@ -28,6 +28,8 @@ func fastExec(args []string) (g Globals, c ExecCmd, ok bool) {
 			c.Task = nameFlag{Value: value, Set: true}
 		case "-w", "--workdir":
 			c.Workdir = value
+		case "-u", "--user":
+			c.User = value
 		case "-e", "--env":
 			c.Env = append(c.Env, value)
 		case "--timeout":

@@ -258,6 +258,8 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 		return "no_such_path", ExitError
 	case errors.Is(err, sandbox.ErrNoSandbox):
 		return "no_sandbox", ExitError
+	case errors.Is(err, sandbox.ErrNoSuchUser):
+		return "no_such_user", ExitCannotRun
 	}
 	for _, k := range engineKinds {
 		if errors.Is(err, k.err) {

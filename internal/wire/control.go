@@ -37,6 +37,7 @@ func EncodeStart(st Start) []byte {
 	b = appendField(b, "session", st.Session)
 	b = appendField(b, "script", st.Script)
 	b = appendField(b, "op", st.Op)
+	b = appendField(b, "user", st.User)
 	if st.SessionIdleMS != 0 {
 		b = strconv.AppendInt(append(b, `,"session_idle_ms":`...), st.SessionIdleMS, 10)
 	}
@@ -126,7 +127,7 @@ func DecodeHello(p []byte, h *Hello) error {
 func DecodeExit(p []byte, e *Exit) error {
 	*e = Exit{}
 	d := &scan{p: p}
-	err := d.object(0, []string{"code", "killed", "error", "not_delivered", "write_failed", "write_error", "broken_pipe", "session", "failed", "exhausted", "no_shell"}, func(key string) error {
+	err := d.object(0, []string{"code", "killed", "error", "not_delivered", "write_failed", "write_error", "broken_pipe", "session", "failed", "exhausted", "no_shell", "no_user"}, func(key string) error {
 		var err error
 		switch key {
 		case "code":
@@ -151,6 +152,8 @@ func DecodeExit(p []byte, e *Exit) error {
 			e.Exhausted, err = d.bool()
 		case "no_shell":
 			e.NoShell, err = d.bool()
+		case "no_user":
+			e.NoUser, err = d.bool()
 		}
 		return err
 	})

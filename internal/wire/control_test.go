@@ -24,6 +24,7 @@ func TestEncodeStartReadsAsMarshals(t *testing.T) {
 		{Argv: []string{"sh", "-c", `echo "a\b" 'c' <&> $X`}, Env: []string{"X=a,b", "Y=k=v"}, Dir: "/w s", Stdin: true,
 			Marker: "HSBX_EXEC_MARK=abc", FDs: []string{"stdout", "stderr"}},
 		{Session: "default", Script: "cd /tmp\n\techo \x00\x01\x1f\x7f ok", Op: SessionOpList, SessionIdleMS: -5},
+		{Argv: []string{"id"}, User: "nobody:nogroup"},
 		{Argv: []string{"bad \xff\xfe utf-8", "é\u2028\U0001F600", "\xed\xa0\x80"}},
 	} {
 		got, err := viaJSON[Start](t, EncodeStart(st))
@@ -74,6 +75,7 @@ func TestDecodeExitCases(t *testing.T) {
 		{`{"error":"\ud83d\ude00 \ud800 \u00e9 \/ \b\f\n\r\t"}`, &Exit{Error: "\U0001F600 \uFFFD \u00e9 / \b\f\n\r\t"}},
 		{"{\"error\":\"bad \xff utf-8\"}", &Exit{Error: "bad \uFFFD utf-8"}},
 		{`{"code":-0}`, &Exit{}},
+		{`{"code":126,"failed":"unable to find user x","no_user":true}`, &Exit{Code: 126, Failed: "unable to find user x", NoUser: true}},
 		{`{}`, &Exit{}},
 		{``, nil},
 		{`null`, nil},
@@ -152,7 +154,7 @@ func FuzzControlRoundTrip(f *testing.F) {
 	f.Add("sh", "X=a,b", "/w", "HSBX=1", "echo \"hi\"", int64(5), true, 3, "err\n")
 	f.Add("\xff", "", "", "", "\u2028<&>", int64(-1), false, -1, "\x00")
 	f.Fuzz(func(t *testing.T, a, env, dir, marker, script string, n int64, b bool, code int, text string) {
-		st := Start{Argv: []string{a, text}, Env: []string{env}, Dir: dir, Stdin: b, Marker: marker, Script: script, SessionIdleMS: n}
+		st := Start{Argv: []string{a, text}, Env: []string{env}, Dir: dir, Stdin: b, Marker: marker, Script: script, SessionIdleMS: n, User: env}
 		got, err := viaJSON[Start](t, EncodeStart(st))
 		m, _ := json.Marshal(st)
 		want, _ := viaJSON[Start](t, m)

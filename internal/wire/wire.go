@@ -20,8 +20,9 @@ import (
 
 // Proto is the protocol version both ends must speak (Hello.Proto).
 // 2 added Ping and Pong (a peer of another version is refused at hello);
-// 3 added sessions (Start.Session, Exit.Session).
-const Proto = 3
+// 3 added sessions (Start.Session, Exit.Session); 4 added Start.User (an
+// agent of 3 would ignore it and run the command as its own user).
+const Proto = 4
 
 // MaxPayload bounds a frame's payload; a peer announcing more is broken.
 const MaxPayload = 1 << 20
@@ -131,6 +132,10 @@ type Start struct {
 	// SessionIdleMS ends a session that ran nothing for this long (0: the
 	// agent's default); taken when the session is made.
 	SessionIdleMS int64 `json:"session_idle_ms,omitempty"`
+	// User runs the process as this user of the sandbox ("name", "uid",
+	// "name:group", "uid:gid"; the engine's --user): the agent looks it up
+	// in the sandbox's /etc/passwd and /etc/group, as the engine does.
+	User string `json:"user,omitempty"`
 }
 
 // Session operations (Start.Op). Run (""): Script in Session's shell,
@@ -222,10 +227,14 @@ type Exit struct {
 	// the agent's words, and Code is hsbx's. What was asked did not run
 	// (a session's script may have run part-way when Session.Ended is set
 	// too). Exhausted: for want of processes, memory, descriptors or
-	// disk; NoShell: a session asked of an image with no shell.
+	// disk; NoShell: a session asked of an image with no shell; NoUser:
+	// the user asked for is not there.
 	Failed    string `json:"failed,omitempty"`
 	Exhausted bool   `json:"exhausted,omitempty"`
 	NoShell   bool   `json:"no_shell,omitempty"`
+	// NoUser: Start.User is not a user (or group) of the sandbox, or the
+	// agent may not become it; Failed says which.
+	NoUser bool `json:"no_user,omitempty"`
 }
 
 // ErrTooLarge is returned for a frame whose payload exceeds MaxPayload.

@@ -464,6 +464,7 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 		cmd.Stdout = s.Stdout
 	} else if s.Stdout != nil {
 		h := newStartHold(s.Stdout)
+		h.user = s.User != ""
 		holds = append(holds, h)
 		cmd.Stdout = h
 	}
@@ -474,6 +475,7 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 		cmd.Stderr = stderr
 		if !s.TTY {
 			h := newStartHold(stderr)
+			h.user = s.User != ""
 			holds = append(holds, h)
 			cmd.Stderr = h
 		}
@@ -481,6 +483,7 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	res, err := e.runner.Run(ctx, cmd)
 	// A command the runtime could not start: the agent's status and words.
 	var failed *startfail.Failure
+	var refusal *startHold
 	for _, h := range holds {
 		code := -1
 		if err == nil {
@@ -489,6 +492,21 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 		if f := h.finish(code); f != nil && failed == nil {
 			failed = f
 		}
+		if h.refused != "" && refusal == nil {
+			refusal = h
+		}
+	}
+	if refusal != nil {
+		// What reads like the engine refusing the user may be the
+		// command's own words: the engine is asked (one more exec, of a
+		// program no image has, as that user — it never starts).
+		if e.refusesUser(ctx, s) {
+			if stderr != nil {
+				stderr.Finish(false)
+			}
+			return res.ExitCode, &runtime.EngineError{Kind: runtime.ErrNoSuchUser, Argv: argv, ExitCode: res.ExitCode, Stderr: refusal.refused}
+		}
+		_ = refusal.giveBack()
 	}
 	if failed != nil {
 		if stderr != nil {
@@ -717,4 +735,31 @@ func clip(b []byte) string {
 		s = s[:200] + "..."
 	}
 	return s
+}
+
+// refusesUser asks the engine whether it refuses s.User in s.ID: an exec
+// of a program no image has, which the engine refuses with NoUserLine's
+// words before looking for it when there is no such user, and otherwise
+// fails to start (an OCI runtime's "no such file").
+func (e *Engine) refusesUser(ctx context.Context, s runtime.ExecSpec) bool {
+	argv := []string{e.bin, "exec", "-u", s.User, s.ID, "/hsbx-no-such-program"}
+	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(nil), Timeout: e.timeout})
+	if err != nil || res.ExitCode == 0 {
+		return false
+	}
+	return NoUserLine(FirstLine(string(res.Stdout))) || NoUserLine(FirstLine(string(res.Stderr)))
+}
+
+// NoUserLine says whether line is the engines' refusal of exec --user
+// for a user or group the container's files do not list (docker 20.10:
+// exit 126, "unable to find user X: no matching entries in passwd file";
+// podman 4.3: exit 255, the same after "Error: ").
+func NoUserLine(line string) bool {
+	line = strings.TrimPrefix(strings.TrimSpace(line), "Error: ")
+	for _, w := range []string{"user ", "group "} {
+		if rest, ok := strings.CutPrefix(line, "unable to find "+w); ok {
+			return strings.Contains(rest, ": no matching entries in ")
+		}
+	}
+	return false
 }

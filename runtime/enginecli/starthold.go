@@ -3,6 +3,7 @@ package enginecli
 import (
 	"bytes"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/hsbx/hsbx/internal/startfail"
@@ -21,6 +22,12 @@ type startHold struct {
 	buf     []byte
 	passing bool
 	failure *startfail.Failure
+	// user: the exec asked for a user, so the engine's refusal of it
+	// ("unable to find user X: ...", NoUserLine) is held too: userLine,
+	// and refused once finish has taken it.
+	user     bool
+	userLine string
+	refused  string
 }
 
 const startHoldMax = 4 << 10
@@ -35,15 +42,19 @@ func (h *startHold) Write(p []byte) (int, error) {
 	}
 	h.buf = append(h.buf, p...)
 	switch nl := bytes.IndexByte(h.buf, '\n'); {
-	case h.failure != nil && len(h.buf) <= startHoldMax:
+	case (h.failure != nil || h.userLine != "") && len(h.buf) <= startHoldMax:
 		return len(p), nil // more after the line: released at the end
-	case h.failure != nil:
+	case h.failure != nil || h.userLine != "":
 	case nl >= 0:
 		if f, ok := startfail.Parse(string(h.buf[:nl])); ok {
 			h.failure = &f
 			return len(p), nil
 		}
-	case len(h.buf) <= startHoldMax && startfail.MayBegin(h.buf):
+		if h.user && NoUserLine(string(h.buf[:nl])) {
+			h.userLine = string(h.buf[:nl])
+			return len(p), nil
+		}
+	case len(h.buf) <= startHoldMax && (startfail.MayBegin(h.buf) || h.user && mayBeginNoUser(h.buf)):
 		return len(p), nil
 	}
 	return len(p), h.release()
@@ -73,6 +84,30 @@ func (h *startHold) finish(code int) *startfail.Failure {
 		h.passing, h.buf = true, nil
 		return f
 	}
+	if h.userLine != "" && (code == 126 || code == 255) && bytes.IndexByte(h.buf, '\n') == len(h.buf)-1 {
+		h.refused = strings.TrimPrefix(strings.TrimSpace(h.userLine), "Error: ")
+		return nil // held until the engine is asked (giveBack)
+	}
 	_ = h.release()
 	return nil
+}
+
+// giveBack writes out what finish held as a refusal of the user, which
+// the engine says was not one (the command's own words).
+func (h *startHold) giveBack() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.refused = ""
+	return h.release()
+}
+
+// mayBeginNoUser reports whether b may still begin the engines' refusal
+// of a user (NoUserLine).
+func mayBeginNoUser(b []byte) bool {
+	for _, p := range []string{"unable to find ", "Error: unable to find "} {
+		if bytes.HasPrefix([]byte(p), b) || bytes.HasPrefix(b, []byte(p)) {
+			return true
+		}
+	}
+	return false
 }

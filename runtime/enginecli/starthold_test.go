@@ -47,6 +47,41 @@ func TestStartHold(t *testing.T) {
 	}
 }
 
+// With a user asked for, the engines' refusal of it (docker on stdout,
+// exit 126; podman on stderr after "Error: ", exit 255, captured) is held
+// and taken when it is all the stream carried; without one it is output.
+func TestStartHoldUserRefused(t *testing.T) {
+	const docker = "unable to find user nosuch: no matching entries in passwd file\n"
+	const podman = "Error: unable to find group g: no matching entries in group file\n"
+	for _, c := range []struct {
+		name    string
+		user    bool
+		writes  []string
+		code    int
+		refused string
+		out     string
+	}{
+		{"docker", true, []string{docker[:9], docker[9:]}, 126, "unable to find user nosuch: no matching entries in passwd file", ""},
+		{"podman", true, []string{podman}, 255, "unable to find group g: no matching entries in group file", ""},
+		{"no user asked", false, []string{docker}, 126, "", docker},
+		{"the command's own line, exit 0", true, []string{docker}, 0, "", docker},
+		{"more after it", true, []string{docker, "x\n"}, 126, "", docker + "x\n"},
+		{"other words", true, []string{"unable to find your keys\n"}, 126, "", "unable to find your keys\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var dst bytes.Buffer
+			h := newStartHold(&dst)
+			h.user = c.user
+			for _, w := range c.writes {
+				_, _ = h.Write([]byte(w))
+			}
+			if f := h.finish(c.code); f != nil || h.refused != c.refused || dst.String() != c.out {
+				t.Errorf("failure %v, refused %q, output %q; want refused %q, output %q", f, h.refused, dst.String(), c.refused, c.out)
+			}
+		})
+	}
+}
+
 func TestStartHoldReleasesAHugeLine(t *testing.T) {
 	var dst bytes.Buffer
 	h := newStartHold(&dst)

@@ -76,6 +76,7 @@ func (r *Runtime) Capabilities() runtime.Capabilities {
 		runtime.PidsLimit: "Kubernetes sets the pids limit per node (the kubelet's podPidsLimit), not per Pod",
 		runtime.DiskQuota: "the kubectl runtime does not set ephemeral-storage limits yet",
 		runtime.RunFlags:  "extra_args are docker/podman run flags, which a Pod does not take",
+		runtime.ExecUser:  "kubectl exec has no --user: hsbx's agent runs a command as another user, through the exec channel",
 	}}
 }
 
@@ -661,8 +662,8 @@ func envScript(env map[string]string) []byte {
 // more exec and deleted before the command starts) — never on a command
 // line. The status is kubectl's exit status, which is the command's; the
 // "command terminated with exit code N" line kubectl adds to stderr is
-// dropped. ExecSpec.User is not applied: commands run as the Pod's user
-// (run_as_host_user sets it in the Pod).
+// dropped. ExecSpec.User is not applied (Lacks ExecUser): commands run as
+// the Pod's user (run_as_host_user sets it in the Pod).
 func (r *Runtime) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	if len(s.Cmd) == 0 {
 		return -1, errors.New("exec: no command given")
