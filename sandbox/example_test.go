@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -181,4 +182,49 @@ func ExampleSecret() {
 	// Output:
 	// <nil>
 	// secrets: secret OPENAI_API_KEY: give exactly one of env, file (or Value in Go) for where its value is on the host
+}
+
+// Files in the sandbox, through hsbx's agent: written whole (parents
+// made), read back byte for byte, listed, and failures a program branches
+// on with errors.Is. (On this package's fake engine a sandbox's files are
+// the host's, so the example works in a directory of its own.)
+func ExampleSandbox_WriteFile() {
+	ctx := context.Background()
+	rt, _, err := detect.Open(ctx, detect.Options{})
+	if err != nil {
+		fmt.Println("no engine:", err)
+		return
+	}
+	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
+	defer os.RemoveAll(stateDir)
+	spec := sandbox.DefaultSpec()
+	spec.Image = "busybox"
+	sb := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir}).Sandbox(sandbox.Key{Profile: "default", Task: "example-files"}, spec)
+	defer sb.Down(ctx)
+	dir := stateDir + "/work" // in a real sandbox: "/workspace/notes", or a path relative to its cwd
+
+	err = sb.WriteFile(ctx, dir+"/notes/todo.txt", strings.NewReader("write the tests\n"), sandbox.FileOptions{Mode: 0o600})
+	fmt.Println(err)
+
+	var got strings.Builder
+	err = sb.ReadFile(ctx, dir+"/notes/todo.txt", &got, sandbox.FileOptions{})
+	fmt.Printf("%q %v\n", got.String(), err)
+
+	ents, err := sb.ListDir(ctx, dir+"/notes", sandbox.FileOptions{})
+	fmt.Println(len(ents), err)
+	for _, e := range ents {
+		fmt.Println(e.Name, e.Type, e.Size, e.Mode)
+	}
+
+	err = sb.ReadFile(ctx, dir+"/notes/missing.txt", &got, sandbox.FileOptions{})
+	fmt.Println(errors.Is(err, fs.ErrNotExist))
+	err = sb.Remove(ctx, dir+"/notes", sandbox.FileOptions{})
+	fmt.Println(errors.Is(err, sandbox.ErrNotEmpty))
+	// Output:
+	// <nil>
+	// "write the tests\n" <nil>
+	// 1 <nil>
+	// todo.txt file 16 -rw-------
+	// true
+	// true
 }

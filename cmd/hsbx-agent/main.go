@@ -18,7 +18,7 @@ import (
 func main() {
 	code, ok := agent.RunMode(os.Args[1:], "hsbx-agent")
 	if !ok {
-		os.Stderr.WriteString("usage: hsbx-agent agent | kill-marked MARKER | tar-out SRC | tar-in DST | copy-out SRC BOUND | copy-in DST (run by hsbx inside a sandbox)\n")
+		os.Stderr.WriteString("usage: hsbx-agent agent | kill-marked MARKER | tar-out SRC | tar-in DST | copy-out SRC BOUND | copy-in DST | file-read|file-write|file-list|file-remove|file-watch ... (run by hsbx inside a sandbox)\n")
 		code = 2
 	}
 	os.Exit(code)

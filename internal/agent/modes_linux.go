@@ -36,6 +36,15 @@ import (
 //	trust DIR          write the sandbox's CA certificate (stdin) into DIR
 //	                   as ca.pem, and the image's CA bundle with it as
 //	                   ca-bundle.pem (InstallTrust)
+//	file-read PATH MAX write the regular file PATH to stdout (at most MAX bytes)
+//	file-write PATH MODE MAX
+//	                   write stdin to PATH whole or not at all (parents made;
+//	                   MODE octal, or - to keep the file's; at most MAX bytes)
+//	file-list PATH     one wire.FileEntry a line for each entry of PATH
+//	file-remove PATH R remove PATH (a directory's entries too when R is 1)
+//	file-watch PATH R  one wire.FileEvent a line for each change under PATH
+//	                   (its subdirectories too when R is 1) until it goes
+//	                   (the file modes exit with a wire.ExitFile* status)
 //	unreachable WAIT ADDR...
 //	                   connect to each TCP ADDR until none answers or WAIT
 //	                   (a duration) has passed; print those that still
@@ -86,6 +95,8 @@ func RunMode(args []string, build string) (code int, ok bool) {
 			return 1, true
 		}
 		return 0, true
+	case len(args) >= 2 && fileModes[args[0]]:
+		return runFileMode(args[0], args[1:]), true
 	case len(args) == 2 && args[0] == "kill-marked":
 		os.Stdout.WriteString(strconv.Itoa(KillMarked(args[1])) + "\n")
 		return 0, true
@@ -133,6 +144,8 @@ func RunMode(args []string, build string) (code int, ok bool) {
 	}
 	return 0, false
 }
+
+var fileModes = map[string]bool{"file-read": true, "file-write": true, "file-list": true, "file-remove": true, "file-watch": true}
 
 func useEngine(why string) int {
 	os.Stderr.WriteString("hsbx agent: the engine's cp makes this copy: " + why + "\n")

@@ -210,6 +210,68 @@ func InstallTrust(ctx context.Context, a Agent, dir string, pem []byte) error {
 	return err
 }
 
+// AgentExec is one run of an agent mode as a plain exec (RunAgent): its
+// arguments, streams and bound.
+type AgentExec struct {
+	Args           []string
+	Stdin          io.Reader // nil: none
+	Stdout, Stderr io.Writer
+	Timeout        time.Duration // 0: none
+}
+
+// RunAgent runs the agent's mode x.Args as one plain exec in a's sandbox,
+// streaming, and returns its exit status; the agent is installed first
+// when it is missing (found by a run of its `features` mode, which reads
+// nothing: the streaming run is never a second try that lost its input).
+func RunAgent(ctx context.Context, a Agent, x AgentExec) (int, error) {
+	digest, bytesOf, err := agentBin(ctx, a)
+	if err != nil {
+		return -1, err
+	}
+	path := agentPath(digest)
+	stderr := x.Stderr
+	run := func(agent []string) (int, error) {
+		spec := runtime.ExecSpec{ID: a.ID, Cmd: append(agent, x.Args...), User: a.User,
+			Stdout: x.Stdout, Stderr: stderr, Timeout: x.Timeout}
+		if x.Stdin != nil {
+			spec.Stdin, spec.Interactive = x.Stdin, true
+		}
+		return a.Runtime.Exec(ctx, spec)
+	}
+	if x.Stdin != nil {
+		// Input is read once: the agent is made sure of first.
+		if _, err := runModeOf(ctx, a, digest, bytesOf, a.Runtime.CallTimeout(), false, nil, "features"); err != nil {
+			return -1, err
+		}
+		return run([]string{path})
+	}
+	// No input: tried at once; an agent that is not there never started
+	// (the runtime's 127 or 126, before any output), so it is installed
+	// and run once more.
+	first := &proc.TailBuffer{Max: 4 << 10}
+	stderr = first
+	code, err := run([]string{path})
+	stderr = x.Stderr
+	if err != nil || code != 127 && code != 126 || ctx.Err() != nil {
+		if x.Stderr != nil {
+			_, _ = x.Stderr.Write(first.Bytes()) // the try's words are the answer's
+		}
+		return code, err
+	}
+	bin, err := bytesOf()
+	if err != nil {
+		return -1, err
+	}
+	ierr, err := installAndRun(ctx, a, path, bin, func(agent []string) (err error) {
+		code, err = run(agent)
+		return err
+	})
+	if ierr != nil {
+		return -1, ierr
+	}
+	return code, err
+}
+
 // runMode runs one of the agent's one-shot modes (args) as a plain exec
 // (stdin, when not nil, on its standard input) and returns what it
 // printed; exit 1 is an answer too when one is allowed (the mode printed
@@ -219,6 +281,11 @@ func runMode(ctx context.Context, a Agent, timeout time.Duration, one bool, stdi
 	if err != nil {
 		return "", err
 	}
+	return runModeOf(ctx, a, digest, bytesOf, timeout, one, stdin, args...)
+}
+
+// runModeOf is runMode with the agent agentBin found.
+func runModeOf(ctx context.Context, a Agent, digest string, bytesOf func() ([]byte, error), timeout time.Duration, one bool, stdin []byte, args ...string) (string, error) {
 	path := agentPath(digest)
 	run := func(agent []string) (string, int, error) {
 		var out strings.Builder

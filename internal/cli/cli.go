@@ -115,6 +115,7 @@ type grammar struct {
 	Stop       StopCmd       `cmd:"" help:"Stop the task's sandbox, keeping its filesystem."`
 	Down       DownCmd       `cmd:"" help:"Stop and remove the task's sandbox."`
 	Cp         CpCmd         `cmd:"" help:"Copy files between the host and the task's sandbox (:PATH names the sandbox side)."`
+	File       FileCmd       `cmd:"" help:"Read, write, list, remove or watch files in the task's sandbox, through hsbx's agent."`
 	Ls         LsCmd         `cmd:"" help:"List sandboxes."`
 	Netlog     NetlogCmd     `cmd:"" help:"Show the network log of the task's sandbox (network = allow): each connection allowed or refused, by which rule, and the bytes each way."`
 	Reap       ReapCmd       `cmd:"" help:"Remove sandboxes that crashed or abandoned processes left behind (never running or foreign ones)."`
@@ -556,16 +557,22 @@ func cliHint(err error) string {
 // kindHints are the hints of errors that name no fix of their own, by
 // their --json kind: every error has one.
 var kindHints = map[string]string{
-	"usage":          usageHint,
-	"no_session":     "`hsbx session ls` lists the sandbox's sessions; a run makes one",
-	"no_sandbox":     "`hsbx up` makes the task's sandbox (`hsbx ls` lists them)",
-	"no_such_path":   "check the path (`hsbx exec -- ls DIR` lists a directory in the sandbox)",
-	"sandbox_exists": "`hsbx down` removes it first, or use another --task",
-	"no_such_user":   "name a user the sandbox's /etc/passwd lists (`hsbx exec -- cat /etc/passwd`), or a numeric UID[:GID]",
-	"copy_too_large": "raise copy_max_size (HSBX_COPY_MAX_SIZE), or copy less",
-	"session_failed": "run it again (a new session server starts); what failed is named above",
-	"error":          "the message says what failed; --log-level debug shows each engine call hsbx made",
-	"internal":       "this is hsbx's own failure: please report it",
+	"usage":             usageHint,
+	"no_session":        "`hsbx session ls` lists the sandbox's sessions; a run makes one",
+	"no_sandbox":        "`hsbx up` makes the task's sandbox (`hsbx ls` lists them)",
+	"no_such_path":      "check the path (`hsbx exec -- ls DIR` lists a directory in the sandbox)",
+	"sandbox_exists":    "`hsbx down` removes it first, or use another --task",
+	"no_such_user":      "name a user the sandbox's /etc/passwd lists (`hsbx exec -- cat /etc/passwd`), or a numeric UID[:GID]",
+	"not_found":         "check the path (`hsbx file ls DIR` lists a directory of the sandbox)",
+	"is_directory":      "name a file (`hsbx file ls DIR` lists the directory)",
+	"not_directory":     "name a directory: the path, or one on its way, is a file",
+	"permission_denied": "the sandbox's user may not: do it as another user (-u root), or change the file's mode",
+	"file_too_large":    "raise the bound (copy_max_size, HSBX_COPY_MAX_SIZE), or use `hsbx cp`, which streams",
+	"not_empty":         "`hsbx file rm -r` removes a directory with everything in it",
+	"copy_too_large":    "raise copy_max_size (HSBX_COPY_MAX_SIZE), or copy less",
+	"session_failed":    "run it again (a new session server starts); what failed is named above",
+	"error":             "the message says what failed; --log-level debug shows each engine call hsbx made",
+	"internal":          "this is hsbx's own failure: please report it",
 }
 
 // cliRemedy names a remedy in the library's warnings and errors as the

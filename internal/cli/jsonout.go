@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strconv"
 	"strings"
 	"syscall"
@@ -260,6 +261,12 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 		return "no_sandbox", ExitError
 	case errors.Is(err, sandbox.ErrNoSuchUser):
 		return "no_such_user", ExitCannotRun
+	}
+	var fe *sandbox.FileError
+	if errors.As(err, &fe) {
+		kinds := map[error]string{fs.ErrNotExist: "not_found", sandbox.ErrIsDir: "is_directory", sandbox.ErrNotDir: "not_directory",
+			fs.ErrPermission: "permission_denied", sandbox.ErrFileTooLarge: "file_too_large", sandbox.ErrNotEmpty: "not_empty"}
+		return kinds[fe.Kind], ExitError
 	}
 	for _, k := range engineKinds {
 		if errors.Is(err, k.err) {

@@ -33,3 +33,37 @@ const ExitUseEngine = 3
 // short literal compared in code is not kept as bytes by the compiler;
 // this one is printed, so it is.
 const AgentFeatures = "hsbx-agent-features: install-as"
+
+// The statuses of the agent's file modes (file-read, file-write,
+// file-list, file-remove, file-watch) beyond 0 and 1 (any other failure):
+// what kind of failure it was, for the host to give as an error a
+// program can branch on. The agent's words are on its stderr.
+const (
+	ExitFileNotFound   = 4 // the path (or a directory on its way) does not exist
+	ExitFileIsDir      = 5 // a directory where a file was wanted
+	ExitFileNotDir     = 6 // a file where a directory was wanted
+	ExitFilePermission = 7 // the user may not (or the file system is read-only)
+	ExitFileTooLarge   = 8 // over the size bound the host gave
+	ExitFileNotEmpty   = 9 // a directory with entries, removed without recursion
+)
+
+// FileEntry is one line of file-list's output (JSON), and FileEvent one
+// of file-watch's.
+type FileEntry struct {
+	Name string `json:"name"`
+	// Type: "file", "dir", "symlink" or "other" (a device, pipe, socket).
+	Type   string `json:"type"`
+	Size   int64  `json:"size"`
+	Mode   uint32 `json:"mode"` // the permission bits, with setuid, setgid and sticky
+	MTime  int64  `json:"mtime_ns"`
+	Target string `json:"target,omitempty"` // a symlink's
+}
+
+// FileEvent is a change file-watch saw: Event is "created", "written" or
+// "removed" (a rename is the old name removed and the new one created);
+// its first line is "watching", when the watch is in place.
+type FileEvent struct {
+	Event string `json:"event"`
+	Path  string `json:"path"`
+	Type  string `json:"type,omitempty"` // "dir" for a directory
+}
