@@ -534,7 +534,58 @@ func smallCopies(ctx context.Context, e *engine, rawName string, rawCp func(src,
 			func() time.Duration { return must(ctx, os.Environ(), rawCp(dir.src, dir.dst)...).Elapsed })
 		rows = append(rows, ratioRow(fmt.Sprintf("`hsbx cp` of a 1 KB file %s the warm sandbox (through the agent: no engine call) vs `%s`", dir.what, rawName), h, b, 0.25, ""))
 	}
+	// The file commands: the same 1 KB, written from stdin and read to
+	// stdout, against the engine's copy in and out.
+	data, _ := os.ReadFile(src)
+	for _, op := range []struct{ what, src, dst string }{{"write", src, inside}, {"read", inside, back}} {
+		h, b := pair(ctx, e, *runs,
+			func() time.Duration {
+				argv := e.hsbx("file", op.what, "--task", "warm", inside[1:])
+				c := proc.Cmd{Argv: argv, Env: e.env, Timeout: 5 * time.Minute}
+				if op.what == "write" {
+					c.Stdin = bytes.NewReader(data)
+				}
+				res, err := runner.Run(ctx, c)
+				if err != nil || res.ExitCode != 0 {
+					fail("%s: exit %d: %v %s", proc.Quote(argv), res.ExitCode, err, res.Stderr)
+				}
+				return res.Elapsed
+			},
+			func() time.Duration { return must(ctx, os.Environ(), rawCp(op.src, op.dst)...).Elapsed })
+		rows = append(rows, ratioRow(fmt.Sprintf("`hsbx file %s` of a 1 KB file (through the agent) vs `%s`", op.what, rawName), h, b, 0.25, ""))
+	}
 	return rows
+}
+
+// recordCost is what the record of what ran adds to a warm exec: the Go
+// package's Exec of `true` through its channel (the smallest denominator
+// hsbx has) with the record and without (Config.NoRecord), alternated.
+func recordCost(ctx context.Context, e *engine) row {
+	open := func(noRecord bool) *sandbox.Sandbox {
+		c, err := hsbx.Open(ctx, hsbx.Options{Environ: e.env, NoAutoSweep: true,
+			Customize: func(sc *sandbox.Config) { sc.NoRecord = noRecord }})
+		if err != nil {
+			fail("%s: hsbx.Open: %v", e.name, err)
+		}
+		return c.Sandbox("warm")
+	}
+	with, without := open(false), open(true)
+	defer with.Close(ctx)
+	defer without.Close(ctx)
+	exec := func(sb *sandbox.Sandbox) func() time.Duration {
+		return func() time.Duration {
+			start := time.Now()
+			if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || code != 0 {
+				fail("%s: library exec true: exit %d: %v", e.name, code, err)
+			}
+			return time.Since(start)
+		}
+	}
+	exec(with)()
+	exec(without)()
+	h, b := pair(ctx, e, 20*(*runs), exec(with), exec(without))
+	return ratioRow(fmt.Sprintf("warm Go-package `Exec` of `true` through the channel with the record of what ran vs without (`NoRecord`; %s vs %s)", ms(h), ms(b)),
+		h, b, 1.02, "")
 }
 
 // gvisorRows measure a sandbox under gVisor (oci_runtime, the runtime

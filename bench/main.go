@@ -152,6 +152,7 @@ func main() {
 		rows = append(rows, smallCopies(ctx, e, e.name+" cp", func(src, dst string) []string {
 			return []string{e.bin, "cp", strings.Replace(src, ":", id+":", 1), strings.Replace(dst, ":", id+":", 1)}
 		})...)
+		rows = append(rows, recordCost(ctx, e))
 		rows = append(rows, gvisorRows(ctx, e)...)
 		rows = append(rows, egressRows(ctx, e)...)
 		rows = append(rows, brokerRow(ctx, e)...)

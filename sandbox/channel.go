@@ -149,6 +149,9 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 	if c.session != nil {
 		c.session.note = res.Session
 	}
+	if st := c.stats; st != nil && !errors.Is(err, channel.ErrNotDelivered) {
+		st.via, st.in, st.out, st.err = "channel", res.StdinBytes, res.StdoutBytes, res.StderrBytes
+	}
 	var be *channel.BrokenError
 	switch {
 	case errors.Is(err, channel.ErrNotDelivered):

@@ -51,6 +51,7 @@ type Command struct {
 
 	session *sessionReq // RunScript's: a session's script, not Argv
 	tap     *stdinTap   // Stdin, for one try after another (Exec)
+	stats   *execStats  // what the record of what ran says of it (nil: none)
 }
 
 // ExecIDVar marks every process a command starts (the variable is
@@ -125,6 +126,17 @@ func (e *StoppedDuringExecError) Unwrap() error { return runtime.ErrNotRunning }
 // sandbox that stopped after the exec began may have run the command:
 // that is a *StoppedDuringExecError, never a second run.
 func (s *Sandbox) Exec(ctx context.Context, c Command) (int, error) {
+	if s.m.c.NoRecord {
+		return s.exec(ctx, c)
+	}
+	began := time.Now()
+	c.stats = &execStats{in: -1, out: -1, err: -1}
+	code, err := s.exec(ctx, c)
+	s.recordExec(c, began, code, err)
+	return code, err
+}
+
+func (s *Sandbox) exec(ctx context.Context, c Command) (int, error) {
 	if err := s.key.Validate(); err != nil {
 		return -1, err // before the warm path: its marker is under the key's hash
 	}
@@ -414,11 +426,14 @@ func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env ma
 	execCtx, cancel, end := commandContext(ctx, c)
 	defer end()
 	var alive atomic.Bool // the engine has shown life (output arrived)
+	stdout, stderr := watch(c.Stdout, "stdout", c.TTY, &alive, cancel), watch(c.Stderr, "stderr", c.TTY, &alive, cancel)
 	spec := runtime.ExecSpec{
 		ID: target, Cmd: c.Argv, WorkDir: c.WorkDir, Env: env,
 		Interactive: c.Interactive || c.Stdin != nil, TTY: c.TTY, Stdin: c.Stdin,
-		Stdout: watch(c.Stdout, "stdout", c.TTY, &alive, cancel),
-		Stderr: watch(c.Stderr, "stderr", c.TTY, &alive, cancel),
+		Stdout: stdout, Stderr: stderr,
+	}
+	if st := c.stats; st != nil {
+		defer func() { st.plain(c, stdout, stderr) }()
 	}
 	if s.spec.RunAsHostUser {
 		spec.User = fmt.Sprintf("%d:%d", s.m.c.UID, s.m.c.GID)
@@ -486,6 +501,7 @@ type watchWriter struct {
 	alive  *atomic.Bool
 	stop   context.CancelCauseFunc
 	failed atomic.Bool
+	n      atomic.Int64 // bytes written (the record of what ran)
 }
 
 func (w *watchWriter) Write(p []byte) (int, error) {
@@ -494,6 +510,7 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 		return len(p), nil // already stopping: drop the rest
 	}
 	n, err := w.w.Write(p)
+	w.n.Add(int64(n))
 	if err != nil {
 		w.failed.Store(true)
 		w.stop(&WriterError{Stream: w.stream, Err: err})

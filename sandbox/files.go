@@ -232,6 +232,17 @@ func readLines(r io.Reader, fn func([]byte) error) error {
 	return sc.Err()
 }
 
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // SandboxPath is path as the file operations take it: the sandbox's
 // absolute path (a relative one from its working directory).
 func (s *Sandbox) SandboxPath(path string) string { return s.filePath(path) }
@@ -257,7 +268,12 @@ func (s *Sandbox) fileOp(ctx context.Context, op, path string, o FileOptions, st
 	if strings.ContainsRune(path, 0) {
 		return &SpecError{Setting: "path", Msg: fmt.Sprintf("%q holds a NUL byte", path)}
 	}
-	code, errb, err := s.agentRun(ctx, o.User, stdin, stdout, args...)
+	began := time.Now()
+	st := &execStats{in: -1, out: -1, err: -1}
+	code, errb, err := s.agentRun(ctx, o.User, stdin, stdout, st, args...)
+	if !s.m.c.NoRecord {
+		s.recordFile(op, path, o.User, began, code, err, st)
+	}
 	if err != nil {
 		return fmt.Errorf("%s %s in sandbox %s: %w", op, path, s.name, err)
 	}
@@ -281,9 +297,9 @@ func (s *Sandbox) fileOp(ctx context.Context, op, path string, o FileOptions, st
 // exec of the agent (the CLI then starts its holder for the next one). A
 // sandbox that is not up is ensured first; a container the engine says
 // went or stopped under the plain exec is ensured once more.
-func (s *Sandbox) agentRun(ctx context.Context, user string, stdin io.Reader, stdout io.Writer, args ...string) (int, *proc.TailBuffer, error) {
+func (s *Sandbox) agentRun(ctx context.Context, user string, stdin io.Reader, stdout io.Writer, st *execStats, args ...string) (int, *proc.TailBuffer, error) {
 	c, errb := agentCommand(args, stdin, stdout)
-	c.User = user
+	c.User, c.stats = user, st
 	agentUser := user != "" && s.rt().Capabilities().Lacks[runtime.ExecUser] != ""
 	viaAgent := s.usesChannel(c) && (user == "" || !s.spec.RunAsHostUser || agentUser)
 	target := s.warmTarget()
@@ -313,8 +329,17 @@ func (s *Sandbox) agentRun(ctx context.Context, user string, stdin io.Reader, st
 			in = c.tap.plain()
 		}
 		release := s.markInUse()
-		code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: args, Stdin: in, Stdout: stdout, Stderr: errb})
+		out, inCount := &countingWriter{w: io.Discard}, &countingReader{}
+		if stdout != nil {
+			out.w = stdout
+		}
+		if in != nil {
+			inCount.r = in
+			in = inCount
+		}
+		code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: args, Stdin: in, Stdout: out, Stderr: errb})
 		release()
+		st.via, st.in, st.out, st.err = "engine", inCount.n, out.n, int64(len(errb.Bytes()))
 		if err == nil && viaAgent {
 			s.afterPlainExec(target)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/record"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
@@ -115,6 +116,21 @@ func TestFiles(t *testing.T) {
 						t.Errorf("after rm -r: %v", err)
 					}
 				}
+				// Each went into the record of what ran, by the route taken.
+				recs, err := record.Read(sandbox.RecordFile(e.tg.StateDir))
+				kinds := map[string]int{}
+				for _, r := range recs {
+					if r.Sandbox == sb.Name() && strings.HasPrefix(r.Kind, "file ") {
+						kinds[r.Kind]++
+						want := map[bool]string{true: "channel", false: "engine"}[route.channel]
+						if r.Via != want && r.Error == "" {
+							t.Errorf("record %+v: via %q, want %q", r, r.Via, want)
+						}
+					}
+				}
+				if err != nil || kinds["file write"] == 0 || kinds["file read"] == 0 || kinds["file list"] == 0 || kinds["file remove"] == 0 {
+					t.Errorf("the record of what ran holds %v (%v)", kinds, err)
+				}
 				if e.tg.Fake {
 					return
 				}
@@ -126,7 +142,7 @@ func TestFiles(t *testing.T) {
 				if got := sh("cat " + path.Join(spec.Cwd, e.base+"rel.txt")); got != "rel" {
 					t.Errorf("a relative path: %q in the working directory", got)
 				}
-				err := sb.WriteFile(ctx, "/tmp/"+e.base+"owned", strings.NewReader("x"), sandbox.FileOptions{User: "nobody"})
+				err = sb.WriteFile(ctx, "/tmp/"+e.base+"owned", strings.NewReader("x"), sandbox.FileOptions{User: "nobody"})
 				var se *sandbox.SpecError
 				switch {
 				case !userOK && (!errors.As(err, &se) || se.Setting != "user"):

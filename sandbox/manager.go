@@ -122,6 +122,10 @@ type Config struct {
 	// of a client that goes away), then calls it. The CLI waits there for
 	// its signal handlers, which are put in meanwhile.
 	BeforeStart func()
+	// NoRecord leaves commands out of the record of what ran: by default
+	// every Exec, session run and file operation appends one line to
+	// StateDir/ran.jsonl (internal/record; `hsbx history` shows it).
+	NoRecord bool
 }
 
 // DefaultStateDir is the hsbx command's state directory in environment
@@ -163,6 +167,8 @@ type Manager struct {
 	host   *engineHost
 
 	endpoint func() string // a digest of the runtime's Endpoint, once
+
+	recordWarn sync.Once // a record that could not be written, said once
 }
 
 // New returns a Manager.

@@ -422,6 +422,7 @@ func greets(socket string, wait time.Duration) bool {
 type olderBuild struct {
 	env, what  string // the variable the command sets; what it is, for errors
 	text, path string // built from just before the commit that added text to path
+	sameProto  bool   // with its wire.Proto set to this build's
 	once       sync.Once
 	bin        string
 	err        error
@@ -433,14 +434,15 @@ var (
 	oldHsbx = &olderBuild{env: "OLDHSBX", what: "the previous protocol's hsbx",
 		text: fmt.Sprintf("const Proto = %d", wire.Proto), path: "internal/wire/wire.go"}
 	// precopy-agent / [precopyagent]: before the agent had the copy modes
-	// (copy-in, copy-out) — the same protocol, an older build.
+	// (copy-in, copy-out) — an older build, made to speak this protocol
+	// (its wire.Proto set to this one's: the frames it uses are the same).
 	preCopyAgent = &olderBuild{env: "PRECOPYAGENT", what: "hsbx from before the agent's copy modes",
-		text: `"copy-out"`, path: "internal/agent"}
+		text: `"copy-out"`, path: "internal/agent", sameProto: true}
 )
 
 // cond is the build's testscript condition.
 func (o *olderBuild) cond() (bool, error) {
-	o.once.Do(func() { o.bin, o.err = buildBefore(o.text, o.path) })
+	o.once.Do(func() { o.bin, o.err = buildBefore(o.text, o.path, o.sameProto) })
 	if o.err != nil && os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
 		return false, fmt.Errorf("building %s: %w", o.what, o.err)
 	}
@@ -461,7 +463,7 @@ func (o *olderBuild) cmd(ts *testscript.TestScript, neg bool, args []string) {
 // buildBefore builds hsbx statically as it was just before the first
 // commit that added text to path (git log -S), from the repository's
 // history, in a temp dir removed when the tests end.
-func buildBefore(text, path string) (string, error) {
+func buildBefore(text, path string, sameProto bool) (string, error) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		return "", err
@@ -478,6 +480,21 @@ func buildBefore(text, path string) (string, error) {
 	}
 	if out, err := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", root, before, dir).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("git archive %s: %v: %s", before, err, out)
+	}
+	if sameProto {
+		wf := filepath.Join(dir, "internal", "wire", "wire.go")
+		b, err := os.ReadFile(wf)
+		if err != nil {
+			return "", err
+		}
+		re := regexp.MustCompile(`(?m)^const Proto = \d+$`)
+		if !re.Match(b) {
+			return "", fmt.Errorf("%s: no const Proto to set", wf)
+		}
+		b = re.ReplaceAll(b, []byte(fmt.Sprintf("const Proto = %d", wire.Proto)))
+		if err := os.WriteFile(wf, b, 0o644); err != nil {
+			return "", err
+		}
 	}
 	bin := filepath.Join(dir, "hsbx")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/hsbx")

@@ -76,6 +76,8 @@ type Result struct {
 	// Failure: the agent could not run what was asked (wire.Exit.Failed);
 	// Code is then hsbx's, not the command's.
 	Failure Failure
+	// The bytes of the command's output delivered, and of its input sent.
+	StdoutBytes, StderrBytes, StdinBytes int64
 }
 
 // Failure is the agent's word that its own machinery, not the command,
@@ -189,6 +191,10 @@ type cstream struct {
 	deliver   func()
 	delivered chan struct{} // closed when that goroutine is done
 	started   bool          // set by the reader before it sends exit
+	// The bytes delivered (written by deliver, read once delivered is
+	// closed) and sent as input.
+	outN, errN int64
+	inN        atomic.Int64
 }
 
 // NewConn opens the protocol on r/w: it sends Hello and waits (up to
@@ -512,7 +518,9 @@ func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	if s.started { // the exit came after every output frame, and after this was set
 		<-s.delivered
+		res.StdoutBytes, res.StderrBytes = s.outN, s.errN
 	}
+	res.StdinBytes = s.inN.Load()
 	return res, nil
 }
 
@@ -527,6 +535,9 @@ func (c *Conn) deliver(id uint32, s *cstream, stdout, stderr io.Writer) {
 		w := stdout
 		if t == wire.TStderr {
 			w = stderr
+			s.errN += int64(len(p))
+		} else {
+			s.outN += int64(len(p))
 		}
 		if w != nil {
 			_, _ = w.Write(p) // a failing writer is the caller's to notice
@@ -550,6 +561,7 @@ func (c *Conn) sendStdin(id uint32, s *cstream, r io.Reader) {
 			if c.w.Write(wire.TStdin, id, buf[off:off+k]) != nil {
 				return
 			}
+			s.inN.Add(int64(k))
 			off += k
 		}
 		if err != nil {

@@ -270,7 +270,7 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 	res, err := h.Conn.Run(runCtx, req)
 	exit := wire.Exit{Code: res.Code, Killed: res.Killed, Session: res.Session,
 		Failed: res.Failure.Msg, Exhausted: res.Failure.Exhausted, NoShell: res.Failure.NoShell,
-		NoUser: res.Failure.NoUser}
+		NoUser: res.Failure.NoUser, StdoutBytes: res.StdoutBytes, StderrBytes: res.StderrBytes, StdinBytes: res.StdinBytes}
 	var be *BrokenError
 	switch {
 	case errors.Is(err, ErrNotDelivered):

@@ -122,6 +122,7 @@ func RunVia(ctx context.Context, socket string, req Request) (_ Result, err erro
 			return res, &BrokenError{Err: err}
 		}
 		res.Code, res.Killed, res.Session, res.Failure = e.Code, e.Killed, e.Session, failure(e)
+		res.StdoutBytes, res.StderrBytes, res.StdinBytes = e.StdoutBytes, e.StderrBytes, e.StdinBytes
 		if e.WriteFailed != "" {
 			res.Interrupted = true
 			res.WriteErr = &WriteError{Stream: e.WriteFailed, Err: e.WriteError, BrokenPipe: e.BrokenPipe}

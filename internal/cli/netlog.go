@@ -2,14 +2,12 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/hsbx/hsbx/config"
 	"github.com/hsbx/hsbx/internal/egress"
@@ -40,48 +38,7 @@ func (c *NetlogCmd) Run(ctx context.Context, app *App) error {
 	if c.Last > 0 && len(recs) > c.Last {
 		recs = recs[len(recs)-c.Last:]
 	}
-	w := app.Env.Stdout
-	if app.G.JSON && !c.Follow {
-		if recs == nil {
-			recs = []egress.Record{}
-		}
-		b, _ := json.Marshal(recs)
-		fmt.Fprintln(w, string(b))
-		return nil
-	}
-	show := func(rs []egress.Record, header bool) {
-		if app.G.JSON { // --follow --json: one object a line
-			for _, r := range rs {
-				b, _ := json.Marshal(r)
-				fmt.Fprintln(w, string(b))
-			}
-			return
-		}
-		writeNetlog(w, rs, header)
-	}
-	show(recs, true)
-	if !c.Follow {
-		return nil
-	}
-	seen := len(recs)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(500 * time.Millisecond):
-		}
-		all, err := egress.ReadLog(path)
-		if err != nil {
-			return err
-		}
-		if len(all) < seen {
-			seen = 0 // rotated twice since: start from what is there
-		}
-		if len(all) > seen {
-			show(all[seen:], false)
-			seen = len(all)
-		}
-	}
+	return showLog(ctx, app, recs, c.Follow, func() ([]egress.Record, error) { return egress.ReadLog(path) }, writeNetlog)
 }
 
 // writeNetlog is netlog's table. Host names come from the sandbox's

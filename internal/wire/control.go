@@ -69,7 +69,12 @@ func appendStrings(b []byte, ss []string) []byte {
 }
 
 // appendString appends s as a JSON string.
-func appendString(b []byte, s string) []byte {
+func appendString(b []byte, s string) []byte { return AppendJSONString(b, s) }
+
+// AppendJSONString appends s as a JSON string that encoding/json reads
+// as s (invalid UTF-8 as U+FFFD, as json.Marshal writes it), without its
+// reflection: for a short-lived process's one record.
+func AppendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); {
@@ -127,7 +132,7 @@ func DecodeHello(p []byte, h *Hello) error {
 func DecodeExit(p []byte, e *Exit) error {
 	*e = Exit{}
 	d := &scan{p: p}
-	err := d.object(0, []string{"code", "killed", "error", "not_delivered", "write_failed", "write_error", "broken_pipe", "session", "failed", "exhausted", "no_shell", "no_user"}, func(key string) error {
+	err := d.object(0, []string{"code", "killed", "error", "not_delivered", "write_failed", "write_error", "broken_pipe", "session", "failed", "exhausted", "no_shell", "no_user", "stdout_bytes", "stderr_bytes", "stdin_bytes"}, func(key string) error {
 		var err error
 		switch key {
 		case "code":
@@ -154,6 +159,12 @@ func DecodeExit(p []byte, e *Exit) error {
 			e.NoShell, err = d.bool()
 		case "no_user":
 			e.NoUser, err = d.bool()
+		case "stdout_bytes":
+			e.StdoutBytes, err = d.int64()
+		case "stderr_bytes":
+			e.StderrBytes, err = d.int64()
+		case "stdin_bytes":
+			e.StdinBytes, err = d.int64()
 		}
 		return err
 	})

@@ -76,6 +76,7 @@ func TestDecodeExitCases(t *testing.T) {
 		{"{\"error\":\"bad \xff utf-8\"}", &Exit{Error: "bad \uFFFD utf-8"}},
 		{`{"code":-0}`, &Exit{}},
 		{`{"code":126,"failed":"unable to find user x","no_user":true}`, &Exit{Code: 126, Failed: "unable to find user x", NoUser: true}},
+		{`{"code":0,"stdout_bytes":12,"stderr_bytes":3,"stdin_bytes":4096}`, &Exit{StdoutBytes: 12, StderrBytes: 3, StdinBytes: 4096}},
 		{`{}`, &Exit{}},
 		{``, nil},
 		{`null`, nil},

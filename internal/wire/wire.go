@@ -235,6 +235,11 @@ type Exit struct {
 	// NoUser: Start.User is not a user (or group) of the sandbox, or the
 	// agent may not become it; Failed says which.
 	NoUser bool `json:"no_user,omitempty"`
+	// The bytes the holder delivered of the command's output and sent of
+	// its input (holder → client), for the record of what ran.
+	StdoutBytes int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `json:"stderr_bytes,omitempty"`
+	StdinBytes  int64 `json:"stdin_bytes,omitempty"`
 }
 
 // ErrTooLarge is returned for a frame whose payload exceeds MaxPayload.
