@@ -228,3 +228,41 @@ func ExampleSandbox_WriteFile() {
 	// true
 	// true
 }
+
+// A command in the background: its id at once, then its output and how
+// it ended — from this handle or any other, after this process has gone.
+func ExampleSandbox_Start() {
+	ctx := context.Background()
+	rt, _, err := detect.Open(ctx, detect.Options{})
+	if err != nil {
+		fmt.Println("no engine:", err)
+		return
+	}
+	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
+	defer os.RemoveAll(stateDir)
+	spec := sandbox.DefaultSpec()
+	spec.Image = "busybox"
+	spec.Cwd = "/"
+	sb := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir}).Sandbox(sandbox.Key{Profile: "default", Task: "example-bg"}, spec)
+	defer sb.Down(ctx)
+
+	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo building; exit 2"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	same := sb.Process(p.ID, "") // what another process would hold, by id
+	info, err := same.Wait(ctx)
+	fmt.Println(*info.ExitCode, info.Running, err)
+
+	var out strings.Builder
+	err = same.Output(ctx, &out, sandbox.OutputOptions{})
+	fmt.Printf("%q %v\n", out.String(), err)
+
+	_, err = sb.Process("0000000000000000", "").Info(ctx)
+	fmt.Println(errors.Is(err, sandbox.ErrNoProcess))
+	// Output:
+	// 2 false <nil>
+	// "building\n" <nil>
+	// true
+}

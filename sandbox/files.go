@@ -270,7 +270,7 @@ func (s *Sandbox) fileOp(ctx context.Context, op, path string, o FileOptions, st
 	}
 	began := time.Now()
 	st := &execStats{in: -1, out: -1, err: -1}
-	code, errb, err := s.agentRun(ctx, o.User, stdin, stdout, st, args...)
+	code, errb, err := s.agentRun(ctx, agentReq{args: args, user: o.User, stdin: stdin, stdout: stdout}, st)
 	if !s.m.c.NoRecord {
 		s.recordFile(op, path, o.User, began, code, err, st)
 	}
@@ -292,14 +292,32 @@ func (s *Sandbox) fileOp(ctx context.Context, op, path string, o FileOptions, st
 	return fmt.Errorf("%s %s in sandbox %s: hsbx's agent failed (exit %d): %s", op, path, s.name, code, msg)
 }
 
+// agentReq is a run of hsbx's agent: its mode's arguments, the user it
+// runs as, its streams, and (for a process it starts) the environment
+// values and working directory.
+type agentReq struct {
+	args   []string
+	user   string
+	stdin  io.Reader
+	stdout io.Writer
+	env    map[string]string
+	dir    string
+	steer  string // a name in env the engine client reads: only the channel carries it
+}
+
 // agentRun runs hsbx's agent with args in the sandbox's running container,
 // through the exec channel when it takes the command, else as one plain
 // exec of the agent (the CLI then starts its holder for the next one). A
 // sandbox that is not up is ensured first; a container the engine says
 // went or stopped under the plain exec is ensured once more.
-func (s *Sandbox) agentRun(ctx context.Context, user string, stdin io.Reader, stdout io.Writer, st *execStats, args ...string) (int, *proc.TailBuffer, error) {
-	c, errb := agentCommand(args, stdin, stdout)
-	c.User, c.stats = user, st
+func (s *Sandbox) agentRun(ctx context.Context, q agentReq, st *execStats) (int, *proc.TailBuffer, error) {
+	c, errb := agentCommand(q.args, q.stdin, q.stdout)
+	c.User, c.stats, c.WorkDir = q.user, st, q.dir
+	env := q.env
+	if env == nil {
+		env = map[string]string{}
+	}
+	user := q.user
 	agentUser := user != "" && s.rt().Capabilities().Lacks[runtime.ExecUser] != ""
 	viaAgent := s.usesChannel(c) && (user == "" || !s.spec.RunAsHostUser || agentUser)
 	target := s.warmTarget()
@@ -312,7 +330,7 @@ func (s *Sandbox) agentRun(ctx context.Context, user string, stdin io.Reader, st
 			target = res.ID
 		}
 		if viaAgent {
-			code, err := s.execChannel(ctx, target, c, map[string]string{})
+			code, err := s.execChannel(ctx, target, c, env)
 			if !errors.Is(err, errNotReached) {
 				return code, errb, err
 			}
@@ -320,30 +338,33 @@ func (s *Sandbox) agentRun(ctx context.Context, user string, stdin io.Reader, st
 		if agentUser {
 			return -1, errb, s.userError(user, "the channel is "+s.ChannelStatus(target))
 		}
+		if q.steer != "" && !s.rt().Capabilities().ExecEnvInBand {
+			return -1, errb, s.steerError(q.steer, "the channel is "+s.ChannelStatus(target))
+		}
 		a := channel.Agent{Runtime: s.rt(), ID: target, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log}
 		if user != "" {
 			a.User = user
 		}
-		in := stdin
+		in := q.stdin
 		if c.tap != nil {
 			in = c.tap.plain()
 		}
 		release := s.markInUse()
 		out, inCount := &countingWriter{w: io.Discard}, &countingReader{}
-		if stdout != nil {
-			out.w = stdout
+		if q.stdout != nil {
+			out.w = q.stdout
 		}
 		if in != nil {
 			inCount.r = in
 			in = inCount
 		}
-		code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: args, Stdin: in, Stdout: out, Stderr: errb})
+		code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: q.args, Stdin: in, Stdout: out, Stderr: errb, Env: q.env, WorkDir: q.dir})
 		release()
 		st.via, st.in, st.out, st.err = "engine", inCount.n, out.n, int64(len(errb.Bytes()))
 		if err == nil && viaAgent {
 			s.afterPlainExec(target)
 		}
-		if attempt == 0 && (errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning)) && stdin == nil {
+		if attempt == 0 && (errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning)) && q.stdin == nil {
 			if cur, ierr := s.inspectOwn(ctx, target); ierr == nil && (cur == nil || cur.State != runtime.StateRunning) {
 				s.forget(target)
 				target = ""

@@ -45,6 +45,15 @@ import (
 //	file-watch PATH R  one wire.FileEvent a line for each change under PATH
 //	                   (its subdirectories too when R is 1) until it goes
 //	                   (the file modes exit with a wire.ExitFile* status)
+//	bg-start ID BOUND ARGV...
+//	                   start ARGV in the background under a supervisor of its
+//	                   own (bg-supervise), its output kept (BOUND bytes at
+//	                   most); print {"id","pid"} once it started
+//	bg-list            one BgState a line for each of this user's
+//	bg-info ID / bg-wait ID
+//	                   its BgState, at once / once it ended
+//	bg-output ID OFF F its output from byte OFF (F 1: until it ended)
+//	bg-kill ID SIG     signal its group and all that carry its marker
 //	unreachable WAIT ADDR...
 //	                   connect to each TCP ADDR until none answers or WAIT
 //	                   (a duration) has passed; print those that still
@@ -95,6 +104,8 @@ func RunMode(args []string, build string) (code int, ok bool) {
 			return 1, true
 		}
 		return 0, true
+	case len(args) >= 1 && bgModes[args[0]]:
+		return runBackground(args[0], args[1:]), true
 	case len(args) >= 2 && fileModes[args[0]]:
 		return runFileMode(args[0], args[1:]), true
 	case len(args) == 2 && args[0] == "kill-marked":
@@ -144,6 +155,9 @@ func RunMode(args []string, build string) (code int, ok bool) {
 	}
 	return 0, false
 }
+
+var bgModes = map[string]bool{"bg-start": true, "bg-supervise": true, "bg-list": true, "bg-output": true, "bg-wait": true,
+	"bg-info": true, "bg-kill": true}
 
 var fileModes = map[string]bool{"file-read": true, "file-write": true, "file-list": true, "file-remove": true, "file-watch": true}
 

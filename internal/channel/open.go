@@ -217,6 +217,10 @@ type AgentExec struct {
 	Stdin          io.Reader // nil: none
 	Stdout, Stderr io.Writer
 	Timeout        time.Duration // 0: none
+	// Env (values through the engine client's environment) and WorkDir
+	// are the mode's process's.
+	Env     map[string]string
+	WorkDir string
 }
 
 // RunAgent runs the agent's mode x.Args as one plain exec in a's sandbox,
@@ -232,7 +236,7 @@ func RunAgent(ctx context.Context, a Agent, x AgentExec) (int, error) {
 	stderr := x.Stderr
 	run := func(agent []string) (int, error) {
 		spec := runtime.ExecSpec{ID: a.ID, Cmd: append(agent, x.Args...), User: a.User,
-			Stdout: x.Stdout, Stderr: stderr, Timeout: x.Timeout}
+			Stdout: x.Stdout, Stderr: stderr, Timeout: x.Timeout, Env: x.Env, WorkDir: x.WorkDir}
 		if x.Stdin != nil {
 			spec.Stdin, spec.Interactive = x.Stdin, true
 		}

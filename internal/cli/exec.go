@@ -83,9 +83,12 @@ func execJSON(ctx context.Context, app *App, cmd sandbox.Command, maxOutput stri
 }
 
 // envValues turns -e K=V and -e K into values (K from the caller's env).
-func (c *ExecCmd) envValues(app *App) (map[string]string, error) {
+func (c *ExecCmd) envValues(app *App) (map[string]string, error) { return envValues(app, c.Env) }
+
+// envValues reads -e's K=V and K (from the caller's environment).
+func envValues(app *App, list []string) (map[string]string, error) {
 	env := map[string]string{}
-	for _, e := range c.Env {
+	for _, e := range list {
 		k, v, hasValue := strings.Cut(e, "=")
 		if k == "" {
 			return nil, fmt.Errorf("-e %q: want K=V or K", e)

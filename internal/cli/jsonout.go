@@ -261,6 +261,8 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 		return "no_sandbox", ExitError
 	case errors.Is(err, sandbox.ErrNoSuchUser):
 		return "no_such_user", ExitCannotRun
+	case errors.Is(err, sandbox.ErrNoProcess):
+		return "no_process", ExitError
 	}
 	var fe *sandbox.FileError
 	if errors.As(err, &fe) {

@@ -47,6 +47,11 @@ const (
 	ExitFileNotEmpty   = 9 // a directory with entries, removed without recursion
 )
 
+// ExitNotStarted is bg-start's status when the command could not start;
+// it prints {"code","error"} (code: the shell's 127 or 126). Not 127 or
+// 126 itself: those say the agent could not be run at all.
+const ExitNotStarted = 10
+
 // FileEntry is one line of file-list's output (JSON), and FileEvent one
 // of file-watch's.
 type FileEntry struct {

@@ -1,0 +1,114 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// Background processes on every engine, started through the channel and
+// the plain path: the id at once; the process outlives the handle (its
+// channel closed) and is found by id from another Manager (another
+// process); its output, followed until it ends; its exit status; a kill
+// that reaches what it started; the output bound (the oldest dropped and
+// said so); another user's processes apart.
+func TestBackground(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		for _, route := range []struct {
+			name    string
+			channel bool
+		}{{"channel", true}, {"plain", false}} {
+			t.Run(route.name, func(t *testing.T) {
+				mk := func() *sandbox.Sandbox {
+					sb := e.managerWith(func(c *sandbox.Config) { c.Channel = route.channel }).Sandbox(e.key("bg-"+route.name), e.spec())
+					t.Cleanup(func() { _ = sb.Close(ctx) })
+					return sb
+				}
+				sb := mk()
+				p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "start $V"; sleep 1; echo done; exit 3`}, Env: map[string]string{"V": "x"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = sb.Close(ctx) // its channel goes; the process does not
+				other := mk().Process(p.ID, "")
+				info, err := other.Info(ctx)
+				if err != nil || !info.Running || info.PID == 0 || strings.Join(info.Argv, " ") == "" {
+					t.Fatalf("info from another handle: %+v %v", info, err)
+				}
+				var out bytes.Buffer
+				if err := other.Output(ctx, &out, sandbox.OutputOptions{Follow: true}); err != nil || out.String() != "start x\ndone\n" {
+					t.Fatalf("followed output %q %v", out.String(), err)
+				}
+				info, err = other.Wait(ctx)
+				if err != nil || info.Running || info.ExitCode == nil || *info.ExitCode != 3 || info.OutputBytes != 13 {
+					t.Fatalf("wait: %+v %v", info, err)
+				}
+				// A tree, killed whole.
+				q, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 300 & wait"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, err := q.Signal(ctx, syscall.SIGTERM)
+				if err != nil || n < 3 {
+					t.Errorf("kill reached %d (%v), want the shell and its two sleeps", n, err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				info, err = q.Wait(wctx)
+				cancel()
+				if err != nil || info.ExitCode == nil || *info.ExitCode != 128+int(syscall.SIGTERM) {
+					t.Errorf("after the kill: %+v %v", info, err)
+				}
+				// Over the bound: the oldest dropped, and said.
+				big, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "head -c 6000000 /dev/zero; echo; echo tail-end"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := big.Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				out.Reset()
+				var dropped bytes.Buffer
+				if err := big.Output(ctx, &out, sandbox.OutputOptions{Dropped: &dropped}); err != nil {
+					t.Fatal(err)
+				}
+				if out.Len() > sandbox.BackgroundOutputMax || !strings.HasSuffix(out.String(), "\ntail-end\n") || !strings.Contains(dropped.String(), "were dropped") {
+					t.Errorf("over the bound: %d bytes kept, ends %q, mark %q", out.Len(), out.String()[max(0, out.Len()-12):], dropped.String())
+				}
+				// Not found: an unknown id; a command that is not there.
+				if _, err := sb.Process("0123456789abcdef", "").Info(ctx); !errors.Is(err, sandbox.ErrNoProcess) {
+					t.Errorf("an unknown id: %v", err)
+				}
+				_, err = sb.Start(ctx, sandbox.Command{Argv: []string{"no-such-command-hsbx"}})
+				var ee *sandbox.ExitError
+				if !errors.As(err, &ee) || ee.Code != 127 {
+					t.Errorf("a missing command: %v", err)
+				}
+				list, err := sb.Processes(ctx, "")
+				if err != nil || len(list) < 3 {
+					t.Errorf("list: %d %v", len(list), err)
+				}
+				if e.tg.Fake || e.kube() && !route.channel {
+					return // the fake cannot switch user; kubectl has no --user
+				}
+				// Another user's are its own.
+				np, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", "1"}, User: "nobody"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := sb.Process(np.ID, "").Info(ctx); !errors.Is(err, sandbox.ErrNoProcess) {
+					t.Errorf("nobody's process seen as root's: %v", err)
+				}
+				if info, err := np.Wait(ctx); err != nil || info.ExitCode == nil || *info.ExitCode != 0 {
+					t.Errorf("nobody's process: %+v %v", info, err)
+				}
+			})
+		}
+	})
+}
