@@ -73,6 +73,7 @@ func kubeBench(ctx context.Context) string {
 	rows = append(rows, smallCopies(ctx, e, "kubectl cp", func(src, dst string) []string {
 		return kc("cp", "-c", "sandbox", strings.Replace(src, ":", pod+":", 1), strings.Replace(dst, ":", pod+":", 1))
 	})...)
+	rows = append(rows, forwardRows(ctx, e)...)
 	rows = append(rows, egressRows(ctx, e)...)
 	rows = append(rows, brokerRow(ctx, e)...)
 	rows = append(rows, kubeOffUp(ctx, e))

@@ -153,6 +153,7 @@ func main() {
 			return []string{e.bin, "cp", strings.Replace(src, ":", id+":", 1), strings.Replace(dst, ":", id+":", 1)}
 		})...)
 		rows = append(rows, recordCost(ctx, e))
+		rows = append(rows, forwardRows(ctx, e)...)
 		rows = append(rows, gvisorRows(ctx, e)...)
 		rows = append(rows, egressRows(ctx, e)...)
 		rows = append(rows, brokerRow(ctx, e)...)

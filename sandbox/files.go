@@ -243,6 +243,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// trimAgent is the agent's words without its prefix.
+func trimAgent(b []byte) string {
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(b)), "hsbx agent: "))
+}
+
 // SandboxPath is path as the file operations take it: the sandbox's
 // absolute path (a relative one from its working directory).
 func (s *Sandbox) SandboxPath(path string) string { return s.filePath(path) }
@@ -277,7 +282,7 @@ func (s *Sandbox) fileOp(ctx context.Context, op, path string, o FileOptions, st
 	if err != nil {
 		return fmt.Errorf("%s %s in sandbox %s: %w", op, path, s.name, err)
 	}
-	msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(errb.Bytes())), "hsbx agent: "))
+	msg := trimAgent(errb.Bytes())
 	kinds := map[int]error{wire.ExitFileNotFound: fs.ErrNotExist, wire.ExitFileIsDir: ErrIsDir, wire.ExitFileNotDir: ErrNotDir,
 		wire.ExitFilePermission: fs.ErrPermission, wire.ExitFileTooLarge: ErrFileTooLarge, wire.ExitFileNotEmpty: ErrNotEmpty}
 	switch kind, ok := kinds[code]; {
@@ -302,7 +307,8 @@ type agentReq struct {
 	stdout io.Writer
 	env    map[string]string
 	dir    string
-	steer  string // a name in env the engine client reads: only the channel carries it
+	steer  string    // a name in env the engine client reads: only the channel carries it
+	stderr io.Writer // also given the mode's stderr, when set
 }
 
 // agentRun runs hsbx's agent with args in the sandbox's running container,
@@ -313,6 +319,11 @@ type agentReq struct {
 func (s *Sandbox) agentRun(ctx context.Context, q agentReq, st *execStats) (int, *proc.TailBuffer, error) {
 	c, errb := agentCommand(q.args, q.stdin, q.stdout)
 	c.User, c.stats, c.WorkDir = q.user, st, q.dir
+	var stderr io.Writer = errb
+	if q.stderr != nil {
+		stderr = io.MultiWriter(errb, q.stderr)
+		c.Stderr = stderr
+	}
 	env := q.env
 	if env == nil {
 		env = map[string]string{}
@@ -358,7 +369,7 @@ func (s *Sandbox) agentRun(ctx context.Context, q agentReq, st *execStats) (int,
 			inCount.r = in
 			in = inCount
 		}
-		code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: q.args, Stdin: in, Stdout: out, Stderr: errb, Env: q.env, WorkDir: q.dir})
+		code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: q.args, Stdin: in, Stdout: out, Stderr: stderr, Env: q.env, WorkDir: q.dir})
 		release()
 		st.via, st.in, st.out, st.err = "engine", inCount.n, out.n, int64(len(errb.Bytes()))
 		if err == nil && viaAgent {

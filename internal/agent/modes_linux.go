@@ -54,6 +54,8 @@ import (
 //	                   its BgState, at once / once it ended
 //	bg-output ID OFF F its output from byte OFF (F 1: until it ended)
 //	bg-kill ID SIG     signal its group and all that carry its marker
+//	forward ADDR       connect to TCP ADDR and relay stdin and stdout to it
+//	                   (one connection of a port forward)
 //	unreachable WAIT ADDR...
 //	                   connect to each TCP ADDR until none answers or WAIT
 //	                   (a duration) has passed; print those that still
@@ -104,6 +106,8 @@ func RunMode(args []string, build string) (code int, ok bool) {
 			return 1, true
 		}
 		return 0, true
+	case len(args) == 2 && args[0] == "forward":
+		return runForward(args[1]), true
 	case len(args) >= 1 && bgModes[args[0]]:
 		return runBackground(args[0], args[1:]), true
 	case len(args) >= 2 && fileModes[args[0]]:

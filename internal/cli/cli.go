@@ -116,6 +116,7 @@ type grammar struct {
 	Down       DownCmd       `cmd:"" help:"Stop and remove the task's sandbox."`
 	Cp         CpCmd         `cmd:"" help:"Copy files between the host and the task's sandbox (:PATH names the sandbox side)."`
 	File       FileCmd       `cmd:"" help:"Read, write, list, remove or watch files in the task's sandbox, through hsbx's agent."`
+	Forward    ForwardCmd    `cmd:"" help:"Forward a local TCP port to a port in the task's sandbox, through hsbx's agent (works with network = off)."`
 	Bg         BgCmd         `cmd:"" help:"Start commands in the task's sandbox in the background; list, read, wait on and signal them by id."`
 	Ls         LsCmd         `cmd:"" help:"List sandboxes."`
 	History    HistoryCmd    `cmd:"" help:"Show the record of what ran in the profile's sandboxes (or the task's): who, what, how it ended, the bytes each way."`

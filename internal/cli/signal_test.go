@@ -18,8 +18,9 @@ import (
 // sets HSBX_TEST_HOLDER=1 (passed on with HSBX_HOLDER_ENV), hsbx's holder:
 // the CLI under test starts its holder as its own binary with a flag first.
 func TestMain(m *testing.M) {
-	if os.Getenv("HSBX_TEST_MAIN") == "1" {
-		// This binary is hsbx, signals and all (as cmd/hsbx's run).
+	if base := filepath.Base(os.Args[0]); os.Getenv("HSBX_TEST_MAIN") == "1" && base != "docker" && base != "podman" && base != "kubectl" {
+		// This binary is hsbx, signals and all (as cmd/hsbx's run); as a
+		// fake engine (its links), it is that.
 		ctx, cancel := context.WithCancelCause(context.Background())
 		sigs := make(chan os.Signal, 2)
 		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
