@@ -191,15 +191,15 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 // (channel.Failure): not the command's status, which there is none of.
 func agentFailure(c Command, res channel.Result) error {
 	f := res.Failure
+	if f.NoUser {
+		return fmt.Errorf("%w: %s", ErrNoSuchUser, f.Msg)
+	}
 	if c.session != nil {
 		return &SessionError{Session: c.session.name, Msg: f.Msg, Exhausted: f.Exhausted, NoShell: f.NoShell,
 			Lost: res.Session != nil && res.Session.Ended != ""}
 	}
 	if f.Exhausted {
 		return fmt.Errorf("%w: %s", ErrResourceExhausted, f.Msg)
-	}
-	if f.NoUser {
-		return fmt.Errorf("%w: %s", ErrNoSuchUser, f.Msg)
 	}
 	return fmt.Errorf("%w: hsbx's agent could not run the command: %s", runtime.ErrEngine, f.Msg)
 }

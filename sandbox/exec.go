@@ -168,8 +168,8 @@ func (s *Sandbox) exec(ctx context.Context, c Command) (int, error) {
 	// Another user: the agent, not root in a sandbox run as the host's
 	// user, could not become one; the engine's exec can, where it has
 	// --user. Where it has none (kubectl), only the agent runs it.
-	agentUser := c.User != "" && s.rt().Capabilities().Lacks[runtime.ExecUser] != ""
-	if c.User != "" && s.spec.RunAsHostUser && !agentUser {
+	agentUser := c.User != "" && s.rt().Capabilities().Lacks[runtime.ExecUser] != "" && c.session == nil
+	if c.User != "" && s.spec.RunAsHostUser && !agentUser && c.session == nil {
 		viaAgent = false
 	}
 	if agentUser && !viaAgent {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +41,10 @@ type Script struct {
 	// IdleLimit ends the session after this long without a script, when
 	// this run makes it; 0 = an hour.
 	IdleLimit time.Duration
+	// User runs the session as this user of the sandbox (Command.User's
+	// forms; hsbx's agent switches to it, so it must run as root). Each
+	// user's sessions are their own: "default" of one user is not another's.
+	User string
 }
 
 // ScriptResult is how a script ended and what became of its session.
@@ -92,11 +97,11 @@ func (s *Sandbox) RunScript(ctx context.Context, name string, sc Script) (Script
 		return ScriptResult{}, errors.New("the script holds a NUL byte, which no shell can read")
 	}
 	r := &sessionReq{name: name, text: sc.Text, idle: sc.IdleLimit}
-	code, err := s.Exec(ctx, Command{Stdin: sc.Stdin, Stdout: sc.Stdout, Stderr: sc.Stderr, Timeout: sc.Timeout, session: r})
+	code, err := s.Exec(ctx, Command{Stdin: sc.Stdin, Stdout: sc.Stdout, Stderr: sc.Stderr, Timeout: sc.Timeout, User: sc.User, session: r})
 	res := ScriptResult{Code: code}
 	if n := r.note; n != nil {
 		res.ShellID, res.New, res.Reset, res.Ended = n.ID, n.New, n.Reset, n.Ended
-		s.recordShell(name, &res)
+		s.recordShell(shellKey(name, sc.User), &res)
 	}
 	return res, err
 }
@@ -174,6 +179,15 @@ func (s *Sandbox) recordShell(name string, res *ScriptResult) {
 }
 
 // forgetShell drops session name's record (it was closed).
+// shellKey names session name of user in this host's state (a user's
+// "default" is not another's).
+func shellKey(name, user string) string {
+	if user == "" {
+		return name
+	}
+	return "u" + hex.EncodeToString([]byte(user)) + "-" + name
+}
+
 func (s *Sandbox) forgetShell(name string) {
 	_ = os.Remove(keystate.SessionFile(s.engineDir(), name))
 }
@@ -182,13 +196,18 @@ func (s *Sandbox) forgetShell(name string) {
 // it: the next script of that name starts afresh, with no reset to
 // report. ErrNoSession when it had none.
 func (s *Sandbox) CloseSession(ctx context.Context, name string) error {
+	return s.CloseSessionAs(ctx, name, "")
+}
+
+// CloseSessionAs is CloseSession for user's session name (Script.User).
+func (s *Sandbox) CloseSessionAs(ctx context.Context, name, user string) error {
 	if !ValidSessionName(name) {
 		return fmt.Errorf("%w (got %q)", ErrBadSessionName, name)
 	}
-	s.forgetShell(name)
+	s.forgetShell(shellKey(name, user))
 	var stderr strings.Builder
 	r := &sessionReq{name: name, op: wire.SessionOpClose}
-	code, err := s.sessionOp(ctx, r, nil, &stderr)
+	code, err := s.sessionOp(ctx, r, user, nil, &stderr)
 	switch {
 	case err != nil:
 		return err
@@ -201,9 +220,12 @@ func (s *Sandbox) CloseSession(ctx context.Context, name string) error {
 }
 
 // Sessions lists the sandbox's live sessions.
-func (s *Sandbox) Sessions(ctx context.Context) ([]SessionInfo, error) {
+func (s *Sandbox) Sessions(ctx context.Context) ([]SessionInfo, error) { return s.SessionsAs(ctx, "") }
+
+// SessionsAs lists user's live sessions (Script.User).
+func (s *Sandbox) SessionsAs(ctx context.Context, user string) ([]SessionInfo, error) {
 	var out, stderr strings.Builder
-	code, err := s.sessionOp(ctx, &sessionReq{op: wire.SessionOpList}, &out, &stderr)
+	code, err := s.sessionOp(ctx, &sessionReq{op: wire.SessionOpList}, user, &out, &stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +246,7 @@ func (s *Sandbox) Sessions(ctx context.Context) ([]SessionInfo, error) {
 
 // sessionOp runs a session operation in a running sandbox (never starts
 // one: a stopped sandbox has no sessions).
-func (s *Sandbox) sessionOp(ctx context.Context, r *sessionReq, stdout, stderr io.Writer) (int, error) {
+func (s *Sandbox) sessionOp(ctx context.Context, r *sessionReq, user string, stdout, stderr io.Writer) (int, error) {
 	c, found, err := s.probe(ctx)
 	if err != nil {
 		return -1, err
@@ -235,7 +257,7 @@ func (s *Sandbox) sessionOp(ctx context.Context, r *sessionReq, stdout, stderr i
 		}
 		return 1, nil
 	}
-	return s.Exec(ctx, Command{Stdout: stdout, Stderr: stderr, session: r})
+	return s.Exec(ctx, Command{Stdout: stdout, Stderr: stderr, User: user, session: r})
 }
 
 // sessionOneShot runs a session request through a channel opened for it
@@ -266,10 +288,17 @@ func (s *Sandbox) sessionOneShot(ctx context.Context, target string, c Command, 
 type Session struct {
 	sb   *Sandbox
 	name string
+	user string
 }
 
 // Session returns the handle on session name (made on its first Run).
 func (s *Sandbox) Session(name string) *Session { return &Session{sb: s, name: name} }
+
+// UserSession returns the handle on user's session name: its scripts run
+// as that user of the sandbox (Script.User).
+func (s *Sandbox) UserSession(name, user string) *Session {
+	return &Session{sb: s, name: name, user: user}
+}
 
 // Name is the session's name.
 func (ss *Session) Name() string { return ss.name }
@@ -278,8 +307,11 @@ func (ss *Session) Name() string { return ss.name }
 // ignored.
 func (ss *Session) Run(ctx context.Context, text string, sc Script) (ScriptResult, error) {
 	sc.Text = text
+	if sc.User == "" {
+		sc.User = ss.user
+	}
 	return ss.sb.RunScript(ctx, ss.name, sc)
 }
 
 // Close ends the session's shell (see CloseSession).
-func (ss *Session) Close(ctx context.Context) error { return ss.sb.CloseSession(ctx, ss.name) }
+func (ss *Session) Close(ctx context.Context) error { return ss.sb.CloseSessionAs(ctx, ss.name, ss.user) }

@@ -72,6 +72,34 @@ func TestExecAsUser(t *testing.T) {
 				if out, _, code, err := run("", "id", "-u"); (onEngine || path.channel) && (out != "0" || code != 0 || err != nil) {
 					t.Errorf("after: the sandbox's own user is %q (%d %v), want 0", out, code, err)
 				}
+				if !onEngine {
+					return // sessions as another user on the fakes: session_user.txtar
+				}
+				// A session as nobody: its state carries over, apart from
+				// root's session of the same name.
+				script := func(ss *sandbox.Session, text string) string {
+					var out bytes.Buffer
+					res, err := ss.Run(ctx, text, sandbox.Script{Stdout: &out})
+					if err != nil || res.Code != 0 {
+						t.Fatalf("session %s: %q: %d %v", ss.Name(), text, res.Code, err)
+					}
+					return strings.TrimSpace(out.String())
+				}
+				mine, theirs := sb.Session("u"), sb.UserSession("u", "nobody")
+				script(mine, "export WHO=root-shell")
+				if got := script(theirs, `export WHO=nobody-shell; echo "$(id -u) $HOME"`); got != "65534 /" {
+					t.Errorf("nobody's session: %q", got)
+				}
+				if got := script(theirs, `echo "$WHO"`); got != "nobody-shell" {
+					t.Errorf("nobody's session's state: %q", got)
+				}
+				if got := script(mine, `echo "$WHO $(id -u)"`); got != "root-shell 0" {
+					t.Errorf("root's session of the same name: %q", got)
+				}
+				if _, err := sb.UserSession("u", "nosuch-hsbx").Run(ctx, "true", sandbox.Script{}); !errors.Is(err, sandbox.ErrNoSuchUser) {
+					t.Errorf("a session as a user the sandbox lacks: %v", err)
+				}
+				_ = theirs.Close(ctx)
 			})
 		}
 	})

@@ -178,11 +178,6 @@ func (a *agent) loop(r *wire.Reader) error {
 				a.startEgress(f.Stream, st)
 				continue
 			}
-			if st.User != "" && (st.Session != "" || st.Op != "") {
-				_ = a.w.WriteJSON(wire.TExit, f.Stream, wire.Exit{Code: 125, NoUser: true,
-					Failed: "a session runs as the sandbox's exec user; this agent does not run one as another user"})
-				continue
-			}
 			if st.Session != "" || st.Op != "" {
 				a.startSession(f.Stream, st)
 				continue

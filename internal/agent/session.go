@@ -41,8 +41,11 @@ const sessionsDirPrefix = ".hsbx-sessions2-"
 // .hsbx-sessions2-UID in the first of /tmp, /dev/shm, /run and $HOME where
 // it can be made (or $HSBX_SESSIONS_DIR), and only if it is this user's
 // alone (a directory, not a link, mode 0700).
-func sessionsBase() (string, error) {
-	uid := os.Geteuid()
+func sessionsBase() (string, error) { return sessionsBaseOf(os.Geteuid(), os.Getegid()) }
+
+// sessionsBaseOf is sessionsBase for user uid (gid its group): the agent,
+// root, makes another user's and gives it to them.
+func sessionsBaseOf(uid, gid int) (string, error) {
 	var tried []string
 	cands := []string{"/tmp", "/dev/shm", "/run", os.Getenv("HOME")}
 	if d := os.Getenv(SessionsDirVar); d != "" {
@@ -57,6 +60,9 @@ func sessionsBase() (string, error) {
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			tried = append(tried, err.Error())
 			continue
+		}
+		if err == nil && uid != os.Geteuid() {
+			_ = os.Lchown(base, uid, gid) // made here, for them: ownDir checks the result
 		}
 		if err := ownDir(base, uid); err != nil {
 			tried = append(tried, err.Error())
@@ -196,6 +202,22 @@ func (a *agent) opFail(id uint32, name string, code int, err error) wire.Exit {
 
 func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 	base, err := sessionsBase()
+	var as *sessionUser
+	if st.User != "" {
+		u, uerr := lookupUser(st.User, "/etc/passwd", "/etc/group")
+		var cred *syscall.Credential
+		if uerr == nil {
+			cred, uerr = u.credential(st.User)
+		}
+		if uerr != nil {
+			var nu *NoUserError
+			return wire.Exit{Code: 126, Failed: uerr.Error(), NoUser: errors.As(uerr, &nu)}
+		}
+		if cred != nil {
+			as = &sessionUser{cred: cred, home: u.home}
+			base, err = sessionsBaseOf(int(u.uid), int(u.gid))
+		}
+	}
 	switch {
 	case st.Op == wire.SessionOpList:
 		if err != nil {
@@ -217,7 +239,7 @@ func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 		return failed(125, err, wire.SessionNote{})
 	}
 	for try := 0; ; try++ {
-		ex, again := a.sessionRun(s, st, base)
+		ex, again := a.sessionRun(s, st, base, as)
 		if !again || try >= 20 {
 			return ex
 		}
@@ -228,8 +250,8 @@ func (a *agent) session(s *stream, st wire.Start) wire.Exit {
 // sessionRun is one try of a session run: again when the server did not
 // take it (no Hello), or the session's shell was gone before the script
 // went to it: it never ran.
-func (a *agent) sessionRun(s *stream, st wire.Start, base string) (wire.Exit, bool) {
-	conn, err := ensureServer(base, s.fwd)
+func (a *agent) sessionRun(s *stream, st wire.Start, base string, as *sessionUser) (wire.Exit, bool) {
+	conn, err := ensureServer(base, s.fwd, as)
 	if err != nil {
 		return failed(125, fmt.Errorf("the session server: %w", err), wire.SessionNote{}), false
 	}
@@ -368,7 +390,13 @@ func dialServer(base string) (*net.UnixConn, error) {
 // first when it is not there. Agents starting one take base's lock,
 // within a bound: a stuck holder of it gives an error, never a wait
 // without end. stop, closed, gives up.
-func ensureServer(base string, stop *fwdQueue) (*net.UnixConn, error) {
+// sessionUser is the user a session server of another user's runs as.
+type sessionUser struct {
+	cred *syscall.Credential
+	home string
+}
+
+func ensureServer(base string, stop *fwdQueue, as *sessionUser) (*net.UnixConn, error) {
 	if c, err := dialServer(base); err == nil {
 		return c, nil
 	}
@@ -403,8 +431,16 @@ func ensureServer(base string, stop *fwdQueue) (*net.UnixConn, error) {
 	// This very binary, whatever is at its path now (another host may
 	// be installing an agent there).
 	self := "/proc/self/exe"
-	p, err := os.StartProcess(self, []string{self, "session-server", base},
-		&os.ProcAttr{Files: []*os.File{null, null, logf}, Sys: &syscall.SysProcAttr{Setsid: true}})
+	attr := &os.ProcAttr{Files: []*os.File{null, null, logf}, Sys: &syscall.SysProcAttr{Setsid: true}}
+	if as != nil {
+		// Another user's server: it runs as them, with their HOME, and
+		// its lock and log are theirs (their own agent may start it next).
+		attr.Sys.Credential = as.cred
+		attr.Env = mergeEnv(os.Environ(), []string{"HOME=" + as.home})
+		_ = lock.Chown(int(as.cred.Uid), int(as.cred.Gid))
+		_ = logf.Chown(int(as.cred.Uid), int(as.cred.Gid))
+	}
+	p, err := os.StartProcess(self, []string{self, "session-server", base}, attr)
 	logf.Close()
 	null.Close()
 	if err != nil {

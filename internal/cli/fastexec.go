@@ -60,6 +60,8 @@ func fastRun(args []string) (g Globals, c RunCmd, ok bool) {
 			c.Task = nameFlag{Value: value, Set: true}
 		case "-s", "--session":
 			c.Session = value
+		case "-u", "--user":
+			c.User = value
 		case "--timeout":
 			c.Timeout = value
 		case "--max-output":

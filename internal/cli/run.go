@@ -23,6 +23,7 @@ type RunCmd struct {
 	taskFlag
 	Session     string   `short:"s" help:"Session (a named, long-lived shell in the sandbox) to run in; default \"default\", or a fresh shell each run when persistent_shell is false (env TERMINAL_PERSISTENT_SHELL)." placeholder:"NAME"`
 	Timeout     string   `help:"Stop the script after this long (as Ctrl-C would; the session lives on) and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
+	User        string   `short:"u" help:"Run the session as this user of the sandbox (NAME, UID, NAME:GROUP or UID:GID); each user's sessions are their own." placeholder:"USER"`
 	Interactive bool     `short:"i" help:"Give the script your stdin (else it reads end of file at once)."`
 	MaxOutput   string   `help:"With --json: keep at most this much of each of stdout and stderr in the result (bytes, or like 64k, 4m; default 1m); the rest is counted, not kept." placeholder:"SIZE"`
 	Text        []string `arg:"" passthrough:"partial" help:"The shell text to run (after --; several arguments are joined with spaces)." placeholder:"TEXT"`
@@ -65,7 +66,7 @@ func (c *RunCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	sc := sandbox.Script{Text: strings.Join(text, " "), Stdout: app.Env.Stdout, Stderr: app.Env.Stderr,
+	sc := sandbox.Script{Text: strings.Join(text, " "), Stdout: app.Env.Stdout, Stderr: app.Env.Stderr, User: c.User,
 		Timeout: app.Cfg.Sandbox.Timeout.Value, IdleLimit: app.Cfg.SessionIdle.Value}
 	if j != nil {
 		sc.Stdout, sc.Stderr = &j.out, &j.err
@@ -75,7 +76,7 @@ func (c *RunCmd) Run(ctx context.Context, app *App) error {
 	}
 	res, err := sb.RunScript(ctx, name, sc)
 	if fresh {
-		_ = sb.CloseSession(context.WithoutCancel(ctx), name)
+		_ = sb.CloseSessionAs(context.WithoutCancel(ctx), name, c.User)
 	}
 	if cerr := sb.Close(ctx); cerr != nil {
 		app.warn(fmt.Sprintf("removing the per-process sandbox: %v", cerr))
@@ -132,6 +133,7 @@ type SessionCmd struct {
 // SessionLsCmd lists sessions.
 type SessionLsCmd struct {
 	taskFlag
+	User string `short:"u" help:"List this sandbox user's sessions (those run -u USER made)." placeholder:"USER"`
 }
 
 func (c *SessionLsCmd) settingFlags() []config.Flag { return c.flags() }
@@ -142,7 +144,7 @@ func (c *SessionLsCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	infos, err := sb.Sessions(ctx)
+	infos, err := sb.SessionsAs(ctx, c.User)
 	if err != nil {
 		return err
 	}
@@ -173,6 +175,7 @@ func writeSessions(w io.Writer, infos []sandbox.SessionInfo, now time.Time) erro
 // SessionCloseCmd closes a session.
 type SessionCloseCmd struct {
 	taskFlag
+	User string `short:"u" help:"Close this sandbox user's session (one run -u USER made)." placeholder:"USER"`
 	Name string `arg:"" help:"The session to close." placeholder:"NAME"`
 }
 
@@ -187,7 +190,7 @@ func (c *SessionCloseCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	if err := sb.CloseSession(ctx, c.Name); err != nil {
+	if err := sb.CloseSessionAs(ctx, c.Name, c.User); err != nil {
 		if errors.Is(err, sandbox.ErrNoSession) {
 			return &exitError{code: 1, err: err}
 		}
