@@ -314,4 +314,6 @@ func (ss *Session) Run(ctx context.Context, text string, sc Script) (ScriptResul
 }
 
 // Close ends the session's shell (see CloseSession).
-func (ss *Session) Close(ctx context.Context) error { return ss.sb.CloseSessionAs(ctx, ss.name, ss.user) }
+func (ss *Session) Close(ctx context.Context) error {
+	return ss.sb.CloseSessionAs(ctx, ss.name, ss.user)
+}
