@@ -21,94 +21,89 @@ import (
 func TestBackground(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		for _, route := range []struct {
-			name    string
-			channel bool
-		}{{"channel", true}, {"plain", false}} {
-			t.Run(route.name, func(t *testing.T) {
-				mk := func() *sandbox.Sandbox {
-					sb := e.managerWith(func(c *sandbox.Config) { c.Channel = route.channel }).Sandbox(e.key("bg-"+route.name), e.spec())
-					t.Cleanup(func() { _ = sb.Close(ctx) })
-					return sb
-				}
-				sb := mk()
-				p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "start $V"; sleep 1; echo done; exit 3`}, Env: map[string]string{"V": "x"}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				_ = sb.Close(ctx) // its channel goes; the process does not
-				other := mk().Process(p.ID, "")
-				info, err := other.Info(ctx)
-				if err != nil || !info.Running || info.PID == 0 || strings.Join(info.Argv, " ") == "" {
-					t.Fatalf("info from another handle: %+v %v", info, err)
-				}
-				var out bytes.Buffer
-				if err := other.Output(ctx, &out, sandbox.OutputOptions{Follow: true}); err != nil || out.String() != "start x\ndone\n" {
-					t.Fatalf("followed output %q %v", out.String(), err)
-				}
-				info, err = other.Wait(ctx)
-				if err != nil || info.Running || info.ExitCode == nil || *info.ExitCode != 3 || info.OutputBytes != 13 {
-					t.Fatalf("wait: %+v %v", info, err)
-				}
-				// A tree, killed whole.
-				q, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 300 & wait"}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				n, err := q.Signal(ctx, syscall.SIGTERM)
-				if err != nil || n < 3 {
-					t.Errorf("kill reached %d (%v), want the shell and its two sleeps", n, err)
-				}
-				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				info, err = q.Wait(wctx)
-				cancel()
-				if err != nil || info.ExitCode == nil || *info.ExitCode != 128+int(syscall.SIGTERM) {
-					t.Errorf("after the kill: %+v %v", info, err)
-				}
-				// Over the bound: the oldest dropped, and said.
-				big, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "head -c 6000000 /dev/zero; echo; echo tail-end"}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := big.Wait(ctx); err != nil {
-					t.Fatal(err)
-				}
-				out.Reset()
-				var dropped bytes.Buffer
-				if err := big.Output(ctx, &out, sandbox.OutputOptions{Dropped: &dropped}); err != nil {
-					t.Fatal(err)
-				}
-				if out.Len() > sandbox.BackgroundOutputMax || !strings.HasSuffix(out.String(), "\ntail-end\n") || !strings.Contains(dropped.String(), "were dropped") {
-					t.Errorf("over the bound: %d bytes kept, ends %q, mark %q", out.Len(), out.String()[max(0, out.Len()-12):], dropped.String())
-				}
-				// Not found: an unknown id; a command that is not there.
-				if _, err := sb.Process("0123456789abcdef", "").Info(ctx); !errors.Is(err, sandbox.ErrNoProcess) {
-					t.Errorf("an unknown id: %v", err)
-				}
-				_, err = sb.Start(ctx, sandbox.Command{Argv: []string{"no-such-command-hsbx"}})
-				var ee *sandbox.ExitError
-				if !errors.As(err, &ee) || ee.Code != 127 {
-					t.Errorf("a missing command: %v", err)
-				}
-				list, err := sb.Processes(ctx, "")
-				if err != nil || len(list) < 3 {
-					t.Errorf("list: %d %v", len(list), err)
-				}
-				if e.tg.Fake || e.kube() && !route.channel {
-					return // the fake cannot switch user; kubectl has no --user
-				}
-				// Another user's are its own.
-				np, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", "1"}, User: "nobody"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := sb.Process(np.ID, "").Info(ctx); !errors.Is(err, sandbox.ErrNoProcess) {
-					t.Errorf("nobody's process seen as root's: %v", err)
-				}
-				if info, err := np.Wait(ctx); err != nil || info.ExitCode == nil || *info.ExitCode != 0 {
-					t.Errorf("nobody's process: %+v %v", info, err)
-				}
-			})
-		}
+		e.eachRoute(t, func(t *testing.T, route execRoute, m *sandbox.Manager) {
+			mk := func(m *sandbox.Manager) *sandbox.Sandbox {
+				sb := m.Sandbox(e.key("bg-"+route.name), e.spec())
+				t.Cleanup(func() { _ = sb.Close(ctx) })
+				return sb
+			}
+			sb := mk(m)
+			p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "start $V"; sleep 1; echo done; exit 3`}, Env: map[string]string{"V": "x"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = sb.Close(ctx)                                                                                   // its channel goes; the process does not
+			other := mk(e.managerWith(func(c *sandbox.Config) { c.Channel = route.channel })).Process(p.ID, "") // another process's
+			info, err := other.Info(ctx)
+			if err != nil || !info.Running || info.PID == 0 || strings.Join(info.Argv, " ") == "" {
+				t.Fatalf("info from another handle: %+v %v", info, err)
+			}
+			var out bytes.Buffer
+			if err := other.Output(ctx, &out, sandbox.OutputOptions{Follow: true}); err != nil || out.String() != "start x\ndone\n" {
+				t.Fatalf("followed output %q %v", out.String(), err)
+			}
+			info, err = other.Wait(ctx)
+			if err != nil || info.Running || info.ExitCode == nil || *info.ExitCode != 3 || info.OutputBytes != 13 {
+				t.Fatalf("wait: %+v %v", info, err)
+			}
+			// A tree, killed whole.
+			q, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 300 & wait"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := q.Signal(ctx, syscall.SIGTERM)
+			if err != nil || n < 3 {
+				t.Errorf("kill reached %d (%v), want the shell and its two sleeps", n, err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			info, err = q.Wait(wctx)
+			cancel()
+			if err != nil || info.ExitCode == nil || *info.ExitCode != 128+int(syscall.SIGTERM) {
+				t.Errorf("after the kill: %+v %v", info, err)
+			}
+			// Over the bound: the oldest dropped, and said.
+			big, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "head -c 6000000 /dev/zero; echo; echo tail-end"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := big.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			out.Reset()
+			var dropped bytes.Buffer
+			if err := big.Output(ctx, &out, sandbox.OutputOptions{Dropped: &dropped}); err != nil {
+				t.Fatal(err)
+			}
+			if out.Len() > sandbox.BackgroundOutputMax || !strings.HasSuffix(out.String(), "\ntail-end\n") || !strings.Contains(dropped.String(), "were dropped") {
+				t.Errorf("over the bound: %d bytes kept, ends %q, mark %q", out.Len(), out.String()[max(0, out.Len()-12):], dropped.String())
+			}
+			// Not found: an unknown id; a command that is not there.
+			if _, err := sb.Process("0123456789abcdef", "").Info(ctx); !errors.Is(err, sandbox.ErrNoProcess) {
+				t.Errorf("an unknown id: %v", err)
+			}
+			_, err = sb.Start(ctx, sandbox.Command{Argv: []string{"no-such-command-hsbx"}})
+			var ee *sandbox.ExitError
+			if !errors.As(err, &ee) || ee.Code != 127 {
+				t.Errorf("a missing command: %v", err)
+			}
+			list, err := sb.Processes(ctx, "")
+			if err != nil || len(list) < 3 {
+				t.Errorf("list: %d %v", len(list), err)
+			}
+			if e.tg.Fake || e.kube() && !route.channel {
+				return // the fake cannot switch user; kubectl has no --user
+			}
+			// Another user's are its own.
+			np, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", "1"}, User: "nobody"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sb.Process(np.ID, "").Info(ctx); !errors.Is(err, sandbox.ErrNoProcess) {
+				t.Errorf("nobody's process seen as root's: %v", err)
+			}
+			if info, err := np.Wait(ctx); err != nil || info.ExitCode == nil || *info.ExitCode != 0 {
+				t.Errorf("nobody's process: %+v %v", info, err)
+			}
+		})
 	})
 }

@@ -36,6 +36,21 @@ func (e *env) managerWith(tweak func(*sandbox.Config)) *sandbox.Manager {
 	return sandbox.New(c)
 }
 
+// execRoute is how a test's commands reach the sandbox: through the exec
+// channel, or the plain path (the channel off).
+type execRoute struct {
+	name    string
+	channel bool
+}
+
+// eachRoute runs fn as a subtest through the channel and on the plain
+// path, each with a Manager of its own.
+func (e *env) eachRoute(t *testing.T, fn func(t *testing.T, route execRoute, m *sandbox.Manager)) {
+	for _, r := range []execRoute{{"channel", true}, {"plain", false}} {
+		t.Run(r.name, func(t *testing.T) { fn(t, r, e.managerWith(func(c *sandbox.Config) { c.Channel = r.channel })) })
+	}
+}
+
 // channelUp is a sandbox of task with its in-process channel up (one
 // command has gone through it), closed when the test ends.
 func (e *env) channelUp(task string) (*sandbox.Sandbox, sandbox.Result) {

@@ -27,186 +27,180 @@ import (
 func TestFiles(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		for _, route := range []struct {
-			name    string
-			channel bool
-		}{{"channel", true}, {"plain", false}} {
-			t.Run(route.name, func(t *testing.T) {
-				m := e.managerWith(func(c *sandbox.Config) { c.Channel = route.channel })
-				spec := e.spec()
-				if e.tg.Rootless {
-					spec.Cwd = "/tmp" // /root is a host directory the test made: not the rootless root's
+		e.eachRoute(t, func(t *testing.T, route execRoute, m *sandbox.Manager) {
+			spec := e.spec()
+			if e.tg.Rootless {
+				spec.Cwd = "/tmp" // /root is a host directory the test made: not the rootless root's
+			}
+			// Another user: the fake engine cannot switch, kubectl has
+			// no --user (only the channel can there).
+			userOK := route.channel || !e.tg.Fake && !e.kube()
+			sb := m.Sandbox(e.key("files-"+route.name), spec)
+			t.Cleanup(func() { _ = sb.Close(ctx) })
+			dirs := []string{"/workspace/" + e.base + route.name, "/tmp/" + e.base + route.name}
+			switch {
+			case e.tg.Fake:
+				dirs = []string{t.TempDir()}
+			case e.tg.Rootless:
+				// The key's host directories are made by the test (root
+				// on the host, nobody in the rootless user namespace),
+				// not by the rootless user hsbx would run as.
+				dirs = dirs[1:]
+			}
+			sh := func(script string) string {
+				if e.tg.Fake && !route.channel {
+					return "" // the fake engine's shell has no wc, stat, ...
 				}
-				// Another user: the fake engine cannot switch, kubectl has
-				// no --user (only the channel can there).
-				userOK := route.channel || !e.tg.Fake && !e.kube()
-				sb := m.Sandbox(e.key("files-"+route.name), spec)
-				t.Cleanup(func() { _ = sb.Close(ctx) })
-				dirs := []string{"/workspace/" + e.base + route.name, "/tmp/" + e.base + route.name}
-				switch {
-				case e.tg.Fake:
-					dirs = []string{t.TempDir()}
-				case e.tg.Rootless:
-					// The key's host directories are made by the test (root
-					// on the host, nobody in the rootless user namespace),
-					// not by the rootless user hsbx would run as.
-					dirs = dirs[1:]
+				t.Helper()
+				var out, errb bytes.Buffer
+				if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb}); code != 0 || err != nil {
+					t.Fatalf("%s: %d %v %s", script, code, err, errb.String())
 				}
-				sh := func(script string) string {
-					if e.tg.Fake && !route.channel {
-						return "" // the fake engine's shell has no wc, stat, ...
-					}
-					t.Helper()
-					var out, errb bytes.Buffer
-					if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb}); code != 0 || err != nil {
-						t.Fatalf("%s: %d %v %s", script, code, err, errb.String())
-					}
-					return strings.TrimSpace(out.String())
+				return strings.TrimSpace(out.String())
+			}
+			data := make([]byte, 1<<20+3)
+			_, _ = rand.Read(data)
+			for i := range 256 {
+				data[i] = byte(i)
+			}
+			for _, dir := range dirs {
+				p := dir + "/a/b/c.bin"
+				if err := sb.WriteFile(ctx, p, bytes.NewReader(data), sandbox.FileOptions{Mode: 0o600}); err != nil {
+					t.Fatalf("write %s: %v", p, err)
 				}
-				data := make([]byte, 1<<20+3)
-				_, _ = rand.Read(data)
-				for i := range 256 {
-					data[i] = byte(i)
+				var got bytes.Buffer
+				if err := sb.ReadFile(ctx, p, &got, sandbox.FileOptions{}); err != nil || !bytes.Equal(got.Bytes(), data) {
+					t.Fatalf("read %s back: %d bytes of %d, %v", p, got.Len(), len(data), err)
 				}
-				for _, dir := range dirs {
-					p := dir + "/a/b/c.bin"
-					if err := sb.WriteFile(ctx, p, bytes.NewReader(data), sandbox.FileOptions{Mode: 0o600}); err != nil {
-						t.Fatalf("write %s: %v", p, err)
-					}
-					var got bytes.Buffer
-					if err := sb.ReadFile(ctx, p, &got, sandbox.FileOptions{}); err != nil || !bytes.Equal(got.Bytes(), data) {
-						t.Fatalf("read %s back: %d bytes of %d, %v", p, got.Len(), len(data), err)
-					}
-					if n := sh("wc -c < " + p); !e.tg.Fake && n != "1048579" {
-						t.Errorf("a command in the sandbox sees %s bytes in %s", n, p)
-					}
-					ents, err := sb.ListDir(ctx, dir+"/a/b", sandbox.FileOptions{})
-					if err != nil || len(ents) != 1 || ents[0].Name != "c.bin" || ents[0].Type != "file" || ents[0].Size != int64(len(data)) || ents[0].Mode != 0o600 {
-						t.Errorf("list %s/a/b: %+v %v", dir, ents, err)
-					}
-					kinds := []struct {
+				if n := sh("wc -c < " + p); !e.tg.Fake && n != "1048579" {
+					t.Errorf("a command in the sandbox sees %s bytes in %s", n, p)
+				}
+				ents, err := sb.ListDir(ctx, dir+"/a/b", sandbox.FileOptions{})
+				if err != nil || len(ents) != 1 || ents[0].Name != "c.bin" || ents[0].Type != "file" || ents[0].Size != int64(len(data)) || ents[0].Mode != 0o600 {
+					t.Errorf("list %s/a/b: %+v %v", dir, ents, err)
+				}
+				kinds := []struct {
+					name string
+					err  error
+					want error
+				}{
+					{"read a missing file", sb.ReadFile(ctx, dir+"/none", &got, sandbox.FileOptions{}), fs.ErrNotExist},
+					{"read a directory", sb.ReadFile(ctx, dir+"/a", &got, sandbox.FileOptions{}), sandbox.ErrIsDir},
+					{"read over the bound", sb.ReadFile(ctx, p, &got, sandbox.FileOptions{MaxBytes: 10}), sandbox.ErrFileTooLarge},
+					{"list a file", func() error { _, err := sb.ListDir(ctx, p, sandbox.FileOptions{}); return err }(), sandbox.ErrNotDir},
+					{"remove a full directory", sb.Remove(ctx, dir+"/a", sandbox.FileOptions{}), sandbox.ErrNotEmpty},
+					{"write over the bound", sb.WriteFile(ctx, dir+"/big", bytes.NewReader(data), sandbox.FileOptions{MaxBytes: 10}), sandbox.ErrFileTooLarge},
+				}
+				if userOK {
+					kinds = append(kinds, struct {
 						name string
 						err  error
 						want error
-					}{
-						{"read a missing file", sb.ReadFile(ctx, dir+"/none", &got, sandbox.FileOptions{}), fs.ErrNotExist},
-						{"read a directory", sb.ReadFile(ctx, dir+"/a", &got, sandbox.FileOptions{}), sandbox.ErrIsDir},
-						{"read over the bound", sb.ReadFile(ctx, p, &got, sandbox.FileOptions{MaxBytes: 10}), sandbox.ErrFileTooLarge},
-						{"list a file", func() error { _, err := sb.ListDir(ctx, p, sandbox.FileOptions{}); return err }(), sandbox.ErrNotDir},
-						{"remove a full directory", sb.Remove(ctx, dir+"/a", sandbox.FileOptions{}), sandbox.ErrNotEmpty},
-						{"write over the bound", sb.WriteFile(ctx, dir+"/big", bytes.NewReader(data), sandbox.FileOptions{MaxBytes: 10}), sandbox.ErrFileTooLarge},
-					}
-					if userOK {
-						kinds = append(kinds, struct {
-							name string
-							err  error
-							want error
-						}{"read root's 0600 file as nobody", sb.ReadFile(ctx, p, &got, sandbox.FileOptions{User: "nobody"}), fs.ErrPermission})
-					}
-					for _, k := range kinds {
-						var fe *sandbox.FileError
-						if !errors.Is(k.err, k.want) || !errors.As(k.err, &fe) {
-							t.Errorf("%s in %s: %v, want %v", k.name, dir, k.err, k.want)
-						}
-					}
-					if err := sb.Remove(ctx, dir+"/a", sandbox.FileOptions{Recursive: true}); err != nil {
-						t.Fatal(err)
-					}
-					if _, err := sb.ListDir(ctx, dir+"/a", sandbox.FileOptions{}); !errors.Is(err, fs.ErrNotExist) {
-						t.Errorf("after rm -r: %v", err)
+					}{"read root's 0600 file as nobody", sb.ReadFile(ctx, p, &got, sandbox.FileOptions{User: "nobody"}), fs.ErrPermission})
+				}
+				for _, k := range kinds {
+					var fe *sandbox.FileError
+					if !errors.Is(k.err, k.want) || !errors.As(k.err, &fe) {
+						t.Errorf("%s in %s: %v, want %v", k.name, dir, k.err, k.want)
 					}
 				}
-				// Each went into the record of what ran, by the route taken.
-				recs, err := record.Read(sandbox.RecordFile(e.tg.StateDir))
-				kinds := map[string]int{}
-				for _, r := range recs {
-					if r.Sandbox == sb.Name() && strings.HasPrefix(r.Kind, "file ") {
-						kinds[r.Kind]++
-						want := map[bool]string{true: "channel", false: "engine"}[route.channel]
-						if r.Via != want && r.Error == "" {
-							t.Errorf("record %+v: via %q, want %q", r, r.Via, want)
-						}
-					}
-				}
-				if err != nil || kinds["file write"] == 0 || kinds["file read"] == 0 || kinds["file list"] == 0 || kinds["file remove"] == 0 {
-					t.Errorf("the record of what ran holds %v (%v)", kinds, err)
-				}
-				if e.tg.Fake {
-					return
-				}
-				// Relative to the working directory (/root), and as nobody:
-				// owned by it.
-				if err := sb.WriteFile(ctx, e.base+"rel.txt", strings.NewReader("rel\n"), sandbox.FileOptions{}); err != nil {
+				if err := sb.Remove(ctx, dir+"/a", sandbox.FileOptions{Recursive: true}); err != nil {
 					t.Fatal(err)
 				}
-				if got := sh("cat " + path.Join(spec.Cwd, e.base+"rel.txt")); got != "rel" {
-					t.Errorf("a relative path: %q in the working directory", got)
+				if _, err := sb.ListDir(ctx, dir+"/a", sandbox.FileOptions{}); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("after rm -r: %v", err)
 				}
-				err = sb.WriteFile(ctx, "/tmp/"+e.base+"owned", strings.NewReader("x"), sandbox.FileOptions{User: "nobody"})
-				var se *sandbox.SpecError
-				switch {
-				case !userOK && (!errors.As(err, &se) || se.Setting != "user"):
-					t.Errorf("as nobody without a way to switch: %v, want the user refused", err)
-				case !userOK:
-				case err != nil:
-					t.Fatal(err)
-				default:
-					if owner := sh("stat -c %u /tmp/" + e.base + "owned"); owner != "65534" {
-						t.Errorf("written as nobody, owned by %s", owner)
+			}
+			// Each went into the record of what ran, by the route taken.
+			recs, err := record.Read(sandbox.RecordFile(e.tg.StateDir))
+			kinds := map[string]int{}
+			for _, r := range recs {
+				if r.Sandbox == sb.Name() && strings.HasPrefix(r.Kind, "file ") {
+					kinds[r.Kind]++
+					want := map[bool]string{true: "channel", false: "engine"}[route.channel]
+					if r.Via != want && r.Error == "" {
+						t.Errorf("record %+v: via %q, want %q", r, r.Via, want)
 					}
 				}
-				// A watch sees what a command does.
-				wdir := "/tmp/" + e.base + "watch"
-				sh("mkdir -p " + wdir)
-				wctx, cancel := context.WithCancel(ctx)
-				var mu sync.Mutex
-				var seen []string
-				ready := make(chan struct{})
-				done := make(chan error, 1)
-				go func() {
-					done <- sb.Watch(wctx, wdir, sandbox.FileOptions{Recursive: true}, func(ev sandbox.FileEvent) {
-						if ev.Op == "watching" {
-							close(ready)
-							return
-						}
-						mu.Lock()
-						seen = append(seen, ev.Op+" "+strings.TrimPrefix(ev.Path, wdir))
-						mu.Unlock()
-					})
-				}()
-				select {
-				case <-ready:
-				case err := <-done:
-					t.Fatalf("watch ended before it began: %v", err)
-				case <-time.After(30 * time.Second):
-					t.Fatal("no watch after 30s")
+			}
+			if err != nil || kinds["file write"] == 0 || kinds["file read"] == 0 || kinds["file list"] == 0 || kinds["file remove"] == 0 {
+				t.Errorf("the record of what ran holds %v (%v)", kinds, err)
+			}
+			if e.tg.Fake {
+				return
+			}
+			// Relative to the working directory (/root), and as nobody:
+			// owned by it.
+			if err := sb.WriteFile(ctx, e.base+"rel.txt", strings.NewReader("rel\n"), sandbox.FileOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := sh("cat " + path.Join(spec.Cwd, e.base+"rel.txt")); got != "rel" {
+				t.Errorf("a relative path: %q in the working directory", got)
+			}
+			err = sb.WriteFile(ctx, "/tmp/"+e.base+"owned", strings.NewReader("x"), sandbox.FileOptions{User: "nobody"})
+			var se *sandbox.SpecError
+			switch {
+			case !userOK && (!errors.As(err, &se) || se.Setting != "user"):
+				t.Errorf("as nobody without a way to switch: %v, want the user refused", err)
+			case !userOK:
+			case err != nil:
+				t.Fatal(err)
+			default:
+				if owner := sh("stat -c %u /tmp/" + e.base + "owned"); owner != "65534" {
+					t.Errorf("written as nobody, owned by %s", owner)
 				}
-				sh("echo x > " + wdir + "/f; mkdir " + wdir + "/d; sleep 0.3; echo y > " + wdir + "/d/g; rm " + wdir + "/f")
-				want := []string{"created /f", "written /f", "created /d", "created /d/g", "written /d/g", "removed /f"}
-				deadline := time.Now().Add(10 * time.Second)
-				for {
+			}
+			// A watch sees what a command does.
+			wdir := "/tmp/" + e.base + "watch"
+			sh("mkdir -p " + wdir)
+			wctx, cancel := context.WithCancel(ctx)
+			var mu sync.Mutex
+			var seen []string
+			ready := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				done <- sb.Watch(wctx, wdir, sandbox.FileOptions{Recursive: true}, func(ev sandbox.FileEvent) {
+					if ev.Op == "watching" {
+						close(ready)
+						return
+					}
 					mu.Lock()
-					got := strings.Join(seen, ",")
+					seen = append(seen, ev.Op+" "+strings.TrimPrefix(ev.Path, wdir))
 					mu.Unlock()
-					missing := ""
-					for _, w := range want {
-						if !strings.Contains(","+got+",", ","+w+",") {
-							missing = w
-						}
+				})
+			}()
+			select {
+			case <-ready:
+			case err := <-done:
+				t.Fatalf("watch ended before it began: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("no watch after 30s")
+			}
+			sh("echo x > " + wdir + "/f; mkdir " + wdir + "/d; sleep 0.3; echo y > " + wdir + "/d/g; rm " + wdir + "/f")
+			want := []string{"created /f", "written /f", "created /d", "created /d/g", "written /d/g", "removed /f"}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				mu.Lock()
+				got := strings.Join(seen, ",")
+				mu.Unlock()
+				missing := ""
+				for _, w := range want {
+					if !strings.Contains(","+got+",", ","+w+",") {
+						missing = w
 					}
-					if missing == "" {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("watch saw %q, not %q", got, missing)
-					}
-					time.Sleep(50 * time.Millisecond)
 				}
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("watch ended by its context: %v", err)
+				if missing == "" {
+					break
 				}
-			})
-		}
+				if time.Now().After(deadline) {
+					t.Fatalf("watch saw %q, not %q", got, missing)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("watch ended by its context: %v", err)
+			}
+		})
 	})
 }

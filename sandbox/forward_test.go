@@ -25,123 +25,118 @@ import (
 func TestForward(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		for _, route := range []struct {
-			name    string
-			channel bool
-		}{{"channel", true}, {"plain", false}} {
-			t.Run(route.name, func(t *testing.T) {
-				spec := e.spec()
-				spec.Network = false
-				sb := e.managerWith(func(c *sandbox.Config) { c.Channel = route.channel }).Sandbox(e.key("fwd-"+route.name), spec)
-				t.Cleanup(func() { _ = sb.Close(ctx) })
-				if _, err := sb.Ensure(ctx); err != nil {
-					t.Fatal(err)
-				}
-				port := 18080
-				body := "hello through the forward\n"
-				if e.tg.Fake {
-					srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
-					ln, err := net.Listen("tcp", "127.0.0.1:0")
-					if err != nil {
-						t.Fatal(err)
-					}
-					go srv.Serve(ln)
-					t.Cleanup(func() { srv.Close() })
-					port = ln.Addr().(*net.TCPAddr).Port
-				} else {
-					if err := sb.WriteFile(ctx, "/tmp/www/index.html", strings.NewReader(body), sandbox.FileOptions{}); err != nil {
-						t.Fatal(err)
-					}
-					if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", fmt.Sprintf("127.0.0.1:%d", port), "-h", "/tmp/www"}}); err != nil {
-						t.Fatal(err)
-					}
-				}
+		e.eachRoute(t, func(t *testing.T, route execRoute, m *sandbox.Manager) {
+			spec := e.spec()
+			spec.Network = false
+			sb := m.Sandbox(e.key("fwd-"+route.name), spec)
+			t.Cleanup(func() { _ = sb.Close(ctx) })
+			if _, err := sb.Ensure(ctx); err != nil {
+				t.Fatal(err)
+			}
+			port := 18080
+			body := "hello through the forward\n"
+			if e.tg.Fake {
+				srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })}
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
 					t.Fatal(err)
 				}
-				var mu sync.Mutex
-				var connErrs []error
-				done := make(chan error, 1)
-				fctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				go func() {
-					done <- sb.Forward(fctx, ln, sandbox.ForwardOptions{Port: port, OnConn: func(_, _ int64, err error) {
-						mu.Lock()
-						connErrs = append(connErrs, err)
-						mu.Unlock()
-					}})
-				}()
-				url := "http://" + ln.Addr().String() + "/index.html"
-				get := func() (string, error) {
-					c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-					for try := 0; ; try++ {
-						r, err := c.Get(url)
-						if err != nil {
-							if try < 50 { // the server may still be starting
-								time.Sleep(100 * time.Millisecond)
-								continue
-							}
-							return "", err
-						}
-						b, err := io.ReadAll(r.Body)
-						r.Body.Close()
-						return string(b), err
-					}
-				}
-				if got, err := get(); err != nil || got != body {
-					t.Fatalf("through the forward: %q %v", got, err)
-				}
-				var wg sync.WaitGroup
-				errs := make(chan error, 32)
-				for range 32 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if got, err := get(); err != nil || got != body {
-							errs <- fmt.Errorf("%q %v", got, err)
-						}
-					}()
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Errorf("one of 32 at once: %v", err)
-				}
-				// A port nothing listens on: that connection ends, the
-				// forward does not.
-				ln2, _ := net.Listen("tcp", "127.0.0.1:0")
-				go sb.Forward(fctx, ln2, sandbox.ForwardOptions{Port: 1})
-				if c, err := net.Dial("tcp", ln2.Addr().String()); err == nil {
-					c.SetReadDeadline(time.Now().Add(60 * time.Second))
-					n, _ := c.Read(make([]byte, 1))
-					c.Close()
-					if n != 0 {
-						t.Errorf("a refused port sent data")
-					}
-				}
-				if got, err := get(); err != nil || got != body {
-					t.Errorf("after a refused connection: %q %v", got, err)
-				}
-				if e.tg.Fake {
-					cancel()
-					if err := <-done; err != nil {
-						t.Errorf("ended by its context: %v", err)
-					}
-					return
-				}
-				if _, err := sb.Stop(ctx); err != nil {
+				go srv.Serve(ln)
+				t.Cleanup(func() { srv.Close() })
+				port = ln.Addr().(*net.TCPAddr).Port
+			} else {
+				if err := sb.WriteFile(ctx, "/tmp/www/index.html", strings.NewReader(body), sandbox.FileOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				select {
-				case err := <-done:
-					if !errors.Is(err, sandbox.ErrSandboxStopped) {
-						t.Errorf("after the sandbox stopped: %v", err)
-					}
-				case <-time.After(60 * time.Second):
-					t.Fatal("the forward outlived its sandbox by 60s")
+				if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", fmt.Sprintf("127.0.0.1:%d", port), "-h", "/tmp/www"}}); err != nil {
+					t.Fatal(err)
 				}
-			})
-		}
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var connErrs []error
+			done := make(chan error, 1)
+			fctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				done <- sb.Forward(fctx, ln, sandbox.ForwardOptions{Port: port, OnConn: func(_, _ int64, err error) {
+					mu.Lock()
+					connErrs = append(connErrs, err)
+					mu.Unlock()
+				}})
+			}()
+			url := "http://" + ln.Addr().String() + "/index.html"
+			get := func() (string, error) {
+				c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+				for try := 0; ; try++ {
+					r, err := c.Get(url)
+					if err != nil {
+						if try < 50 { // the server may still be starting
+							time.Sleep(100 * time.Millisecond)
+							continue
+						}
+						return "", err
+					}
+					b, err := io.ReadAll(r.Body)
+					r.Body.Close()
+					return string(b), err
+				}
+			}
+			if got, err := get(); err != nil || got != body {
+				t.Fatalf("through the forward: %q %v", got, err)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 32)
+			for range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if got, err := get(); err != nil || got != body {
+						errs <- fmt.Errorf("%q %v", got, err)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("one of 32 at once: %v", err)
+			}
+			// A port nothing listens on: that connection ends, the
+			// forward does not.
+			ln2, _ := net.Listen("tcp", "127.0.0.1:0")
+			go sb.Forward(fctx, ln2, sandbox.ForwardOptions{Port: 1})
+			if c, err := net.Dial("tcp", ln2.Addr().String()); err == nil {
+				c.SetReadDeadline(time.Now().Add(60 * time.Second))
+				n, _ := c.Read(make([]byte, 1))
+				c.Close()
+				if n != 0 {
+					t.Errorf("a refused port sent data")
+				}
+			}
+			if got, err := get(); err != nil || got != body {
+				t.Errorf("after a refused connection: %q %v", got, err)
+			}
+			if e.tg.Fake {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("ended by its context: %v", err)
+				}
+				return
+			}
+			if _, err := sb.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, sandbox.ErrSandboxStopped) {
+					t.Errorf("after the sandbox stopped: %v", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("the forward outlived its sandbox by 60s")
+			}
+		})
 	})
 }
