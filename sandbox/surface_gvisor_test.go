@@ -36,7 +36,9 @@ func TestSurfaceUnderGVisor(t *testing.T) {
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		events := make(chan sandbox.FileEvent, 16)
-		go func() { _ = sb.Watch(wctx, "/tmp/gv", sandbox.FileOptions{}, func(ev sandbox.FileEvent) { events <- ev }) }()
+		go func() {
+			_ = sb.Watch(wctx, "/tmp/gv", sandbox.FileOptions{}, func(ev sandbox.FileEvent) { events <- ev })
+		}()
 		if ev := <-events; ev.Op != "watching" {
 			t.Fatalf("watch began with %+v", ev)
 		}
