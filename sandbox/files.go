@@ -119,13 +119,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, path string, r io.Reader, o Fil
 	path = s.filePath(path)
 	mode := "-"
 	if o.Mode != 0 {
-		m := uint32(o.Mode.Perm())
-		for bit, u := range map[fs.FileMode]uint32{fs.ModeSetuid: 0o4000, fs.ModeSetgid: 0o2000, fs.ModeSticky: 0o1000} {
-			if o.Mode&bit != 0 {
-				m |= u
-			}
-		}
-		mode = strconv.FormatUint(uint64(m), 8)
+		mode = strconv.FormatUint(uint64(UnixMode(o.Mode)), 8)
 	}
 	// At most one byte over the bound is sent: the agent refuses the
 	// write then, and a stream without end still ends.
@@ -147,7 +141,7 @@ func (s *Sandbox) ListDir(ctx context.Context, path string, o FileOptions) ([]Fi
 			if err := json.Unmarshal(line, &e); err != nil {
 				return fmt.Errorf("%w: the agent's listing: %v", runtime.ErrBadOutput, err)
 			}
-			out = append(out, FileInfo{Name: e.Name, Type: e.Type, Size: e.Size, Mode: fileMode(e.Mode),
+			out = append(out, FileInfo{Name: e.Name, Type: e.Type, Size: e.Size, Mode: FileModeOf(e.Mode),
 				ModTime: time.Unix(0, e.MTime), Target: e.Target})
 			return nil
 		})
@@ -209,14 +203,31 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-func fileMode(u uint32) fs.FileMode {
+// unixBits are Go's names of the Unix mode bits beyond the permissions.
+var unixBits = map[fs.FileMode]uint32{fs.ModeSetuid: 0o4000, fs.ModeSetgid: 0o2000, fs.ModeSticky: 0o1000}
+
+// FileModeOf is the Unix mode u (permissions, setuid, setgid, sticky) in
+// Go's spelling.
+func FileModeOf(u uint32) fs.FileMode {
 	m := fs.FileMode(u & 0o777)
-	for bit, v := range map[fs.FileMode]uint32{fs.ModeSetuid: 0o4000, fs.ModeSetgid: 0o2000, fs.ModeSticky: 0o1000} {
+	for bit, v := range unixBits {
 		if u&v != 0 {
 			m |= bit
 		}
 	}
 	return m
+}
+
+// UnixMode is m's permissions, setuid, setgid and sticky bits as a Unix
+// mode (what ls -l and chmod show).
+func UnixMode(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
+	for bit, v := range unixBits {
+		if m&bit != 0 {
+			u |= v
+		}
+	}
+	return u
 }
 
 // readLines calls fn with each line of r (at most 1 MiB each).

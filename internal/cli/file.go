@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -71,12 +70,7 @@ func (c *FileWriteCmd) Run(ctx context.Context, app *App) error {
 		if err != nil || m == 0 || m > 0o7777 {
 			return &usageError{fmt.Errorf("--mode %q is not a file mode", c.Mode), "give it in octal, like 0644 or 755"}
 		}
-		o.Mode = fs.FileMode(m & 0o777)
-		for bit, v := range map[fs.FileMode]uint64{fs.ModeSetuid: 0o4000, fs.ModeSetgid: 0o2000, fs.ModeSticky: 0o1000} {
-			if m&v != 0 {
-				o.Mode |= bit
-			}
-		}
+		o.Mode = sandbox.FileModeOf(uint32(m))
 	}
 	in := &countingReader{r: app.Env.Stdin}
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
@@ -130,7 +124,7 @@ func (c *FileLsCmd) Run(ctx context.Context, app *App) error {
 		if app.G.JSON {
 			out := make([]fileJSON, 0, len(ents))
 			for _, e := range ents {
-				out = append(out, fileJSON{Name: e.Name, Type: e.Type, Size: e.Size, Mode: fmt.Sprintf("%04o", unixMode(e.Mode)),
+				out = append(out, fileJSON{Name: e.Name, Type: e.Type, Size: e.Size, Mode: fmt.Sprintf("%04o", sandbox.UnixMode(e.Mode)),
 					MTime: e.ModTime.UTC().Format(time.RFC3339Nano), Target: e.Target})
 			}
 			b, _ := json.Marshal(out)
@@ -144,20 +138,10 @@ func (c *FileLsCmd) Run(ctx context.Context, app *App) error {
 			if e.Target != "" {
 				name += " -> " + safe(e.Target)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%04o\t%s\n", name, e.Type, e.Size, unixMode(e.Mode), e.ModTime.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%04o\t%s\n", name, e.Type, e.Size, sandbox.UnixMode(e.Mode), e.ModTime.UTC().Format(time.RFC3339))
 		}
 		return tw.Flush()
 	})
-}
-
-func unixMode(m fs.FileMode) uint32 {
-	u := uint32(m.Perm())
-	for bit, v := range map[fs.FileMode]uint32{fs.ModeSetuid: 0o4000, fs.ModeSetgid: 0o2000, fs.ModeSticky: 0o1000} {
-		if m&bit != 0 {
-			u |= v
-		}
-	}
-	return u
 }
 
 // FileRmCmd is `file rm`.
