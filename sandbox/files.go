@@ -124,7 +124,7 @@ func (s *Sandbox) WriteFile(ctx context.Context, path string, r io.Reader, o Fil
 	// At most one byte over the bound is sent: the agent refuses the
 	// write then, and a stream without end still ends.
 	limit := s.fileMax(o)
-	return s.fileOp(ctx, "write", path, o, io.LimitReader(r, limit+1), nil, "file-write", path, mode, strconv.FormatInt(limit, 10))
+	return s.fileOp(ctx, "write", path, o, &countingReader{r: io.LimitReader(r, limit+1)}, nil, "file-write", path, mode, strconv.FormatInt(limit, 10))
 }
 
 // ListDir lists directory path in the sandbox (links not followed).
@@ -274,7 +274,11 @@ func (s *Sandbox) filePath(p string) string {
 
 // fileOp runs the agent's file mode args in the running sandbox (up
 // first when it is not) as o.User, and says what its status means.
-func (s *Sandbox) fileOp(ctx context.Context, op, path string, o FileOptions, stdin io.Reader, stdout io.Writer, args ...string) error {
+//
+// data, when not nil, is the operation's input: it goes chunked
+// (wire.Chunked), so the agent never takes input cut short — hsbx killed,
+// a holder's client gone — for the whole of it.
+func (s *Sandbox) fileOp(ctx context.Context, op, path string, o FileOptions, data *countingReader, stdout io.Writer, args ...string) error {
 	if err := s.key.Validate(); err != nil {
 		return err
 	}
@@ -286,7 +290,14 @@ func (s *Sandbox) fileOp(ctx context.Context, op, path string, o FileOptions, st
 	}
 	began := time.Now()
 	st := &execStats{in: -1, out: -1, err: -1}
+	var stdin io.Reader
+	if data != nil {
+		stdin = wire.Chunked(data)
+	}
 	code, errb, err := s.agentRun(ctx, agentReq{args: args, user: o.User, stdin: stdin, stdout: stdout}, st)
+	if data != nil {
+		st.in = data.n // the data's bytes, not its chunks'
+	}
 	if !s.m.c.NoRecord {
 		s.recordFile(op, path, o.User, began, code, err, st)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"io"
 	"io/fs"
 	"path"
 	"strings"
@@ -97,6 +98,15 @@ func TestFiles(t *testing.T) {
 						err  error
 						want error
 					}{"read root's 0600 file as nobody", sb.ReadFile(ctx, p, &got, sandbox.FileOptions{User: "nobody"}), fs.ErrPermission})
+				}
+				// Input that fails part-way (the caller's reader; hsbx
+				// killed) leaves nothing, not half a file.
+				half := io.MultiReader(bytes.NewReader(data[:5000]), failingReader{})
+				if err := sb.WriteFile(ctx, dir+"/half", half, sandbox.FileOptions{}); err == nil {
+					t.Errorf("a write whose input failed succeeded")
+				}
+				if _, err := sb.ListDir(ctx, dir+"/half", sandbox.FileOptions{}); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("a write whose input failed left %s/half: %v", dir, err)
 				}
 				for _, k := range kinds {
 					var fe *sandbox.FileError
@@ -204,3 +214,8 @@ func TestFiles(t *testing.T) {
 		})
 	})
 }
+
+// failingReader fails as a caller's input can (a broken pipe).
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) { return 0, errors.New("the input broke") }

@@ -263,7 +263,8 @@ func runFileMode(mode string, args []string) int {
 			}
 		}
 		if limit := bound(args[2]); err == nil {
-			err = WriteFile(os.Stdin, args[0], m, limit)
+			// Chunked: input cut short is an error, never a whole file.
+			err = WriteFile(wire.Unchunked(os.Stdin), args[0], m, limit)
 		}
 		if err != nil {
 			// The rest of the input is read (the host sends at most the

@@ -77,6 +77,16 @@ func TestFileModes(t *testing.T) {
 			t.Errorf("%s: status %d (%v), want %d", c.name, got, c.err, c.want)
 		}
 	}
+	// Input cut short (hsbx killed mid-write) is never a whole file.
+	var framed bytes.Buffer
+	_, _ = io.Copy(&framed, wire.Chunked(strings.NewReader("all of it")))
+	cut := filepath.Join(dir, "cut")
+	if err := WriteFile(wire.Unchunked(bytes.NewReader(framed.Bytes()[:framed.Len()-4])), cut, -1, 100); err == nil {
+		t.Error("input cut before its end chunk was written")
+	}
+	if _, err := os.Stat(cut); !os.IsNotExist(err) {
+		t.Errorf("input cut short left a file: %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "big")); !os.IsNotExist(err) {
 		t.Errorf("a write over the bound left a file: %v", err)
 	}

@@ -37,7 +37,7 @@ import (
 //	                   as ca.pem, and the image's CA bundle with it as
 //	                   ca-bundle.pem (InstallTrust)
 //	file-read PATH MAX write the regular file PATH to stdout (at most MAX bytes)
-//	file-write PATH MODE MAX
+//	file-write PATH MODE MAX (its input wire.Chunked)
 //	                   write stdin to PATH whole or not at all (parents made;
 //	                   MODE octal, or - to keep the file's; at most MAX bytes)
 //	file-list PATH     one wire.FileEntry a line for each entry of PATH
