@@ -488,6 +488,12 @@ func (f *fake) imageInspect(args []string) int {
 	var objs []any
 	status := 0
 	for _, ref := range p.pos {
+		var im *Image
+		_ = f.st.view(func(st *State) error { im = st.committed(ref); return nil })
+		if im != nil {
+			objs = append(objs, imageObject(im, f.dialect))
+			continue
+		}
 		if !f.haveImage(ref) {
 			if f.dialect == "podman" {
 				fmt.Fprintf(f.stderr, "Error: inspecting object: %s: image not known\n", ref)
@@ -509,7 +515,7 @@ func (f *fake) imageInspect(args []string) int {
 		if f.dialect == "docker" {
 			id = "sha256:" + id
 		}
-		objs = append(objs, map[string]any{"Id": id, "Config": map[string]any{"Entrypoint": ep, "Cmd": nil}})
+		objs = append(objs, map[string]any{"Id": id, "Size": imageSizeBase, "Config": map[string]any{"Entrypoint": ep, "Cmd": nil}})
 	}
 	if objs == nil {
 		objs = []any{}

@@ -91,6 +91,9 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 	if sub == "image" && len(rest) > 0 && rest[0] == "inspect" {
 		sub, rest = "image-inspect", rest[1:]
 	}
+	if sub == "image" && len(rest) > 0 && (rest[0] == "ls" || rest[0] == "rm") {
+		sub = "image-" + rest[0] // rest keeps it: image() dispatches
+	}
 	if sub == "container" && len(rest) > 0 {
 		sub, rest = rest[0], rest[1:]
 		if sub == "ls" || sub == "list" {
@@ -137,6 +140,10 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 		return f.exec(rest)
 	case "image-inspect":
 		return f.imageInspect(rest)
+	case "image-ls", "image-rm":
+		return f.image(rest)
+	case "commit":
+		return f.commit(rest)
 	case "cleanup":
 		return f.cleanup(rest)
 	case "cp":

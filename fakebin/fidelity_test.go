@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,6 +41,14 @@ var steps = []string{
 	"rm_batch_running", "rm_batch_missing", "ps_after_batch",
 	"!rm -f cap-batch2",
 	"!rm -f cap-run cap-exit cap-created cap-paused cap-stop",
+	"!run -d --name cap-snap --label hsbx.key=k --network none hsbx-busybox sleep infinity",
+	"commit_pause", "commit", "image_ls_label", "image_inspect_commit",
+	"!run -d --name cap-snap2 --network none cap-snapshot:one sleep infinity",
+	"image_rm_in_use",
+	"!commit --pause=false cap-snap2 cap-snapshot:two",
+	"!rm -f cap-snap2",
+	"image_rm_child", "image_rm_missing", "commit_missing",
+	"!rm -f cap-snap",
 	"down_ps", "down_version", "down_info", "down_run", "down_exec",
 }
 
@@ -135,6 +144,8 @@ func opOf(args []string) enginecli.Op {
 			return enginecli.OpVersion
 		case "image":
 			return enginecli.OpImage
+		case "commit":
+			return enginecli.OpCommit
 		case "cp":
 			return enginecli.OpCopy
 		case "pull":
@@ -168,8 +179,14 @@ func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.
 	case enginecli.OpImage:
 		ri, rerr := enginecli.ParseImageInspect(captured)
 		fi, ferr := enginecli.ParseImageInspect(fake)
-		if (rerr == nil) != (ferr == nil) || len(ri.Entrypoint) != len(fi.Entrypoint) {
+		if (rerr == nil) != (ferr == nil) || len(ri.Entrypoint) != len(fi.Entrypoint) || !maps.Equal(ri.Labels, fi.Labels) {
 			t.Errorf("%s: ParseImageInspect real %+v %v, fake %+v %v", step, ri, rerr, fi, ferr)
+		}
+		return
+	case enginecli.OpCommit:
+		rid, fid := enginecli.ImageID(string(captured)), enginecli.ImageID(string(fake))
+		if len(rid) != len(fid) {
+			t.Errorf("%s: commit printed %q, real %q", step, fake, captured)
 		}
 		return
 	case enginecli.OpVersion:

@@ -66,7 +66,15 @@ func normImage(s string) string {
 
 func (f *fake) haveImage(img string) bool {
 	have := f.images()
-	_ = f.st.view(func(st *State) error { have = append(have, st.Pulled...); return nil })
+	committed := false
+	_ = f.st.view(func(st *State) error {
+		have = append(have, st.Pulled...)
+		committed = st.committed(img) != nil
+		return nil
+	})
+	if committed {
+		return true
+	}
 	for _, h := range have {
 		if normImage(h) == normImage(img) {
 			return true
@@ -170,6 +178,21 @@ func (f *fake) run(args []string, createOnly bool) int {
 			env = append(env, e)
 		} else if v, ok := f.env[e]; ok { // -e NAME: the value comes from the client's environment
 			env = append(env, e+"="+v)
+		}
+	}
+	var from *Image // a committed image's labels and variables are the container's, under its own
+	_ = f.st.view(func(st *State) error { from = st.committed(image); return nil })
+	if from != nil {
+		for k, v := range from.Labels {
+			if _, ok := labels[k]; !ok {
+				labels[k] = v
+			}
+		}
+		for _, kv := range from.Env {
+			k, _, _ := strings.Cut(kv, "=")
+			if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") }) {
+				env = append([]string{kv}, env...)
+			}
 		}
 	}
 	detach := p.has("-d", "--detach")
@@ -564,6 +587,9 @@ func (f *fake) exec(args []string) int {
 	if !knownDir(c, wd) {
 		f.staleSession(c.ID, cmd)
 		return f.ociError(fmt.Sprintf("chdir to cwd (%q) set in config.json failed: no such file or directory", wd), 127)
+	}
+	if len(cmd) >= 2 && (cmd[1] == "snapshot-hold" || cmd[1] == "snapshot-restore") {
+		return f.snapshotMode(cmd, f.stdin)
 	}
 	return f.runExec(c, cmd, wd, env)
 }

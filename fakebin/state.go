@@ -65,6 +65,8 @@ type State struct {
 	Containers []*Container `json:"containers"`
 	// Pulled are the images pull fetched from FAKEENGINE_REGISTRY.
 	Pulled []string `json:"pulled,omitempty"`
+	// Images are the images commit made.
+	Images []*Image `json:"images,omitempty"`
 	// Claims are the fake kubectl's PersistentVolumeClaims.
 	Claims []*Claim `json:"claims,omitempty"`
 	// NetworkPolicies are the fake kubectl's (kept while their owner

@@ -52,6 +52,9 @@ var (
 	// ErrNoSuchUser: a command was asked to run as a user (or group) the
 	// sandbox does not have, or one it cannot switch to.
 	ErrNoSuchUser = errors.New("no such user in the sandbox")
+	// ErrImageInUse: an image a container is made from cannot be removed
+	// until the container is.
+	ErrImageInUse = errors.New("image in use by a container")
 	// ErrEngine: any other failure reported by the engine.
 	ErrEngine = errors.New("engine error")
 	// ErrForeignClaim: a claim of the sandbox's name exists without its

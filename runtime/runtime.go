@@ -77,6 +77,9 @@ type Container struct {
 	// ends, on any host that shares the engine; podman 4.3 also keeps those
 	// that failed to start (measured), so Runtime.LiveExecs tells which run.
 	ExecIDs []string `json:"exec_ids,omitempty"`
+	// EnvNames are the names Config.Env sets (inspect only; never the
+	// values, which stay in the engine).
+	EnvNames []string `json:"env_names,omitempty"`
 	// NetworkMode is HostConfig.NetworkMode ("none", "bridge", ...; inspect
 	// only: "" from List).
 	NetworkMode string `json:"network_mode,omitempty"`
@@ -189,6 +192,46 @@ type ExecSpec struct {
 type Image struct {
 	ID         string   `json:"id"`
 	Entrypoint []string `json:"entrypoint"`
+	// Labels are the image's labels; EnvNames the names its environment
+	// sets (never the values); Size its bytes with the layers it stands on;
+	// Created when it was made (zero when the engine does not say).
+	Labels   map[string]string `json:"labels,omitempty"`
+	EnvNames []string          `json:"env_names,omitempty"`
+	Size     int64             `json:"size,omitempty"`
+	Created  time.Time         `json:"created,omitzero"`
+}
+
+// CommitSpec is a container's file system saved as an image (Committer).
+type CommitSpec struct {
+	ID  string // the container
+	Ref string // the image's name, "repository:tag"
+	// Labels are set on the image, each in its own change, so no value
+	// is read as another label; values must be free of quotes,
+	// backslashes and white space (the engines parse them apart).
+	Labels map[string]string
+	// BlankEnv are environment names the image is to carry empty,
+	// whatever value the container had (so none is kept in the image).
+	BlankEnv []string
+	// NoPause commits without pausing the container (a rootless engine on
+	// cgroups v1 cannot pause one); the caller keeps it from writing.
+	NoPause bool
+}
+
+// Committer is implemented by runtimes that can save a container's file
+// system as an image and manage such images (docker, podman: `commit`;
+// not kubectl, which cannot reach a Pod's image layer).
+type Committer interface {
+	// Commit saves spec.ID's file system as an image, pausing the
+	// container while it copies (unless spec.NoPause), and returns the
+	// new image's id.
+	Commit(ctx context.Context, spec CommitSpec) (string, error)
+	// Images returns the local images carrying every label filter
+	// ("key" or "key=value"), inspected (one `image ls` and one
+	// `image inspect`).
+	Images(ctx context.Context, labels ...string) ([]Image, error)
+	// RemoveImages removes images by id; one a container uses fails
+	// with ErrImageInUse, a missing one is not an error.
+	RemoveImages(ctx context.Context, ids ...string) error
 }
 
 // Version is what `<engine> version` reports.

@@ -105,6 +105,29 @@ cap ps_after_batch ps -a --no-trunc --format "$psfmt" --filter name=cap-batch
 for c in cap-batch1 cap-batch2 cap-batch3; do "$bin" rm -f "$c" >/dev/null 2>&1; done
 for c in cap-run cap-exit cap-created cap-paused cap-stop; do "$bin" rm -f "$c" >/dev/null 2>&1; done  # one by one: podman's rm -f with a missing name removes nothing
 
+# Snapshots: commit (docker prints the id; podman too, with -q; a rootless
+# podman on cgroups v1 cannot pause), the images with a label, and image rm
+# refused for an image a container is made from, by name only untagging
+# one another image stands on, and of none.
+"$bin" rm -f cap-snap cap-snap2 >/dev/null 2>&1
+"$bin" image rm cap-snapshot:two cap-snapshot:one cap-snapshot:zero >/dev/null 2>&1
+q=(); [ "$dialect" = podman ] && q=(-q)
+"$bin" run -d --name cap-snap --label hsbx.key=k "${net[@]}" "$image" sleep infinity >/dev/null
+cap commit_pause commit --pause=true "${q[@]}" cap-snap cap-snapshot:zero
+cap commit commit --pause=false "${q[@]}" --change 'LABEL hsbx.snapshot=cap' --change 'LABEL hsbx.key=""' --change 'ENV SECRET=""' cap-snap cap-snapshot:one
+cap image_ls_label image ls -q --no-trunc --filter label=hsbx.snapshot=cap
+cap image_inspect_commit image inspect cap-snapshot:one
+"$bin" run -d --name cap-snap2 "${net[@]}" cap-snapshot:one sleep infinity >/dev/null
+cap image_rm_in_use image rm cap-snapshot:one
+"$bin" commit "${q[@]}" cap-snap2 cap-snapshot:two >/dev/null
+"$bin" rm -f cap-snap2 >/dev/null
+cap image_rm_child image rm cap-snapshot:one
+cap image_rm_missing image rm cap-snapshot:nonexist
+cap commit_missing commit "${q[@]}" cap-nonexist cap-snapshot:three
+"$bin" rm -f cap-snap >/dev/null 2>&1
+"$bin" image rm cap-snapshot:two cap-snapshot:zero >/dev/null 2>&1
+"$bin" image rm cap-snapshot:one >/dev/null 2>&1
+
 # The engine out of reach.
 if [ "$dialect" = docker ]; then
   DOCKER_HOST=unix:///nonexistent/docker.sock cap down_ps ps -a --no-trunc --format "$psfmt"

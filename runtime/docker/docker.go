@@ -162,6 +162,9 @@ var rules = []enginecli.Rule{
 	{Fragment: "is already in use by container", Kind: runtime.ErrNameInUse},
 	{Fragment: "is paused, unpause the container", Kind: runtime.ErrPaused},
 	{Fragment: "is not running", Kind: runtime.ErrNotRunning},
+	{Fragment: "is using its referenced image", Kind: runtime.ErrImageInUse}, // image rm (docker 20.10)
+	{Fragment: "image is being used by", Kind: runtime.ErrImageInUse},
+	{Fragment: "image has dependent child images", Kind: runtime.ErrImageInUse},
 	{Fragment: "unable to find image", Kind: runtime.ErrImageNotFound},
 	{Fragment: "no such image", Kind: runtime.ErrImageNotFound},
 	{Fragment: "pull access denied", Kind: runtime.ErrImageNotFound},

@@ -46,6 +46,9 @@ const (
 	OpCleanup Op = "cleanup"
 	OpCopy    Op = "cp"
 	OpPull    Op = "pull"
+	OpCommit  Op = "commit"
+	OpImages  Op = "image ls"
+	OpImageRm Op = "image rm"
 )
 
 // Dialect is what one engine family contributes.
@@ -568,6 +571,86 @@ func (e *Engine) InspectImage(ctx context.Context, ref string) (runtime.Image, e
 		return runtime.Image{}, fmt.Errorf("%w: %s image inspect: %v", runtime.ErrBadOutput, e.d.Name(), err)
 	}
 	return img, nil
+}
+
+// Commit implements runtime.Committer: `commit --pause=true` (podman's
+// default is not to pause), one --change a label or variable.
+func (e *Engine) Commit(ctx context.Context, s runtime.CommitSpec) (string, error) {
+	args := []string{"commit", "--pause=" + strconv.FormatBool(!s.NoPause)}
+	if e.d.Name() == runtime.Podman {
+		args = append(args, "-q") // the id alone, not the copy's progress
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		v := s.Labels[k]
+		if strings.ContainsAny(k+v, "\\\"' \t\n\r") || k == "" {
+			return "", fmt.Errorf("commit: label %q=%q has a character the engines' change parser reads apart", k, v)
+		}
+		if v == "" {
+			v = `""`
+		}
+		args = append(args, "--change", "LABEL "+k+"="+v)
+	}
+	for _, k := range s.BlankEnv {
+		if strings.ContainsAny(k, "\\\"' \t\n\r=") || k == "" {
+			continue // no such name can be set by -e either
+		}
+		args = append(args, "--change", "ENV "+k+`=""`)
+	}
+	args = append(args, s.ID, s.Ref)
+	res, err := e.call(ctx, OpCommit, args, nil, 4*e.timeout)
+	if err != nil {
+		return "", err
+	}
+	id := ImageID(lastLine(res.Stdout))
+	if !strings.HasPrefix(id, "sha256:") || len(id) != len("sha256:")+64 {
+		return "", fmt.Errorf("%w: %s commit printed %q, not an image id", runtime.ErrBadOutput, e.d.Name(), clip(res.Stdout))
+	}
+	return id, nil
+}
+
+// Images implements runtime.Committer.
+func (e *Engine) Images(ctx context.Context, labels ...string) ([]runtime.Image, error) {
+	args := []string{"image", "ls", "-q", "--no-trunc"}
+	for _, l := range labels {
+		args = append(args, "--filter", "label="+l)
+	}
+	res, err := e.call(ctx, OpImages, args, nil, e.timeout)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, f := range strings.Fields(string(res.Stdout)) {
+		if id := ImageID(f); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	res, err = e.call(ctx, OpImage, append([]string{"image", "inspect"}, ids...), nil, e.timeout)
+	if err != nil && !errors.Is(err, runtime.ErrImageNotFound) {
+		return nil, err
+	}
+	imgs, perr := ParseImagesInspect(res.Stdout)
+	if perr != nil {
+		if err != nil {
+			return nil, nil // every one went between the two calls
+		}
+		return nil, fmt.Errorf("%w: %s image inspect: %v", runtime.ErrBadOutput, e.d.Name(), perr)
+	}
+	return imgs, nil
+}
+
+// RemoveImages implements runtime.Committer: `image rm` of each id, one
+// call each (an image in use must not keep the others).
+func (e *Engine) RemoveImages(ctx context.Context, ids ...string) error {
+	var errs []error
+	for _, id := range ids {
+		if _, err := e.call(ctx, OpImageRm, []string{"image", "rm", id}, nil, e.timeout); err != nil && !errors.Is(err, runtime.ErrImageNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // PullRules classify a failed pull by the words both engines pass on from

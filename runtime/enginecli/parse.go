@@ -24,6 +24,7 @@ type rawInspect struct {
 	Config    *struct {
 		Image  string            `json:"Image"`
 		Labels map[string]string `json:"Labels"`
+		Env    []string          `json:"Env"`
 	} `json:"Config"`
 	HostConfig *struct {
 		NetworkMode string `json:"NetworkMode"`
@@ -85,6 +86,7 @@ func ParseInspect(out []byte) ([]runtime.Container, error) {
 				c.Image = r.Config.Image
 			}
 			c.Labels = r.Config.Labels
+			c.EnvNames = envNames(r.Config.Env)
 		}
 		if r.State != nil {
 			c.State = NormalizeState(r.State.Status)
@@ -152,33 +154,82 @@ func ClientPlatform(out []byte) string {
 // rawImage holds the fields hsbx reads from `image inspect` (same keys on
 // docker and podman; Entrypoint is null, a string or an array).
 type rawImage struct {
-	ID     string `json:"Id"`
-	Config *struct {
-		Entrypoint json.RawMessage `json:"Entrypoint"`
+	ID      string   `json:"Id"`
+	Created FlexTime `json:"Created"`
+	Size    int64    `json:"Size"`
+	Config  *struct {
+		Entrypoint json.RawMessage   `json:"Entrypoint"`
+		Labels     map[string]string `json:"Labels"`
+		Env        []string          `json:"Env"`
 	} `json:"Config"`
 }
 
 // ParseImageInspect parses `image inspect` output for one image.
 func ParseImageInspect(out []byte) (runtime.Image, error) {
+	imgs, err := ParseImagesInspect(out)
+	if err != nil {
+		return runtime.Image{}, err
+	}
+	if len(imgs) != 1 {
+		return runtime.Image{}, fmt.Errorf("image inspect printed %d images, want 1", len(imgs))
+	}
+	return imgs[0], nil
+}
+
+// ParseImagesInspect parses `image inspect` output for any number of
+// images. An image's id is the same on both engines ("sha256:" and 64 hex
+// digits: podman prints the digits alone).
+func ParseImagesInspect(out []byte) ([]runtime.Image, error) {
 	var raws []rawImage
 	if err := json.Unmarshal(bytes.TrimSpace(out), &raws); err != nil {
-		return runtime.Image{}, fmt.Errorf("image inspect output is not a JSON array of images: %w", err)
+		return nil, fmt.Errorf("image inspect output is not a JSON array of images: %w", err)
 	}
-	if len(raws) != 1 || raws[0].ID == "" {
-		return runtime.Image{}, fmt.Errorf("image inspect printed %d images, want 1 with an Id", len(raws))
-	}
-	img := runtime.Image{ID: raws[0].ID}
-	if raws[0].Config != nil && len(raws[0].Config.Entrypoint) > 0 {
-		var one string
-		if json.Unmarshal(raws[0].Config.Entrypoint, &one) == nil {
-			if one != "" {
-				img.Entrypoint = []string{one}
+	imgs := make([]runtime.Image, 0, len(raws))
+	for i, r := range raws {
+		if r.ID == "" {
+			return nil, fmt.Errorf("image inspect entry %d has no Id", i)
+		}
+		img := runtime.Image{ID: ImageID(r.ID), Size: r.Size, Created: r.Created.Time}
+		if r.Config != nil {
+			img.Labels, img.EnvNames = r.Config.Labels, envNames(r.Config.Env)
+			if len(r.Config.Entrypoint) > 0 {
+				var one string
+				if json.Unmarshal(r.Config.Entrypoint, &one) == nil {
+					if one != "" {
+						img.Entrypoint = []string{one}
+					}
+				} else if err := json.Unmarshal(r.Config.Entrypoint, &img.Entrypoint); err != nil {
+					return nil, fmt.Errorf("image Config.Entrypoint is neither a string nor an array of strings")
+				}
 			}
-		} else if err := json.Unmarshal(raws[0].Config.Entrypoint, &img.Entrypoint); err != nil {
-			return runtime.Image{}, fmt.Errorf("image Config.Entrypoint is neither a string nor an array of strings")
+		}
+		if img.Labels == nil {
+			img.Labels = map[string]string{}
+		}
+		imgs = append(imgs, img)
+	}
+	return imgs, nil
+}
+
+// ImageID is an image id as docker prints it: "sha256:" and the digits
+// (podman prints the digits alone in some places).
+func ImageID(id string) string {
+	id = strings.TrimSpace(id)
+	if id != "" && !strings.Contains(id, ":") {
+		return "sha256:" + id
+	}
+	return id
+}
+
+// envNames are the names of NAME=VALUE entries; the values are dropped.
+func envNames(env []string) []string {
+	var names []string
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != "" {
+			names = append(names, k)
 		}
 	}
-	return img, nil
+	return names
 }
 
 func stateFromFlags(s *rawState) runtime.State {

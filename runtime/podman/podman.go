@@ -152,6 +152,7 @@ var rules = []enginecli.Rule{
 	{Fragment: "no container with name or id", Kind: runtime.ErrNotFound},
 	{Fragment: "already in use", Kind: runtime.ErrNameInUse},
 	{Fragment: "can only create exec sessions on running containers", Kind: runtime.ErrNotRunning},
+	{Fragment: "image is in use by a container", Kind: runtime.ErrImageInUse}, // image rm (4.3)
 	{Fragment: "did not resolve to an alias", Kind: runtime.ErrImageNotFound},
 	{Fragment: "image not known", Kind: runtime.ErrImageNotFound},
 	{Fragment: "initializing source", Kind: runtime.ErrImageNotFound},
