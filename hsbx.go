@@ -199,6 +199,7 @@ func Open(ctx context.Context, o Options) (*Client, error) {
 	}
 	sc.CopyMaxBytes, _ = config.SizeBytes(o.Config.CopyMaxSize.Value) // validated with the configuration
 	sc.CopyChannelMax, _ = config.SizeBytes(o.Config.CopyChannelMax.Value)
+	sc.SnapshotMaxBytes, _ = config.SizeBytes(o.Config.SnapshotMaxSize.Value)
 	// The in-process channel, with the agent hsbx carries (or the one
 	// named); the CLI's Customize adds holders.
 	sc.Channel, sc.Agent = o.Config.ExecChannel.Value, o.Config.ExecChannelAgent.Value

@@ -55,6 +55,11 @@ type Settings struct {
 	// CopyMaxSize bounds the data one `cp` out of a sandbox writes on the
 	// host (copy_max_size; env HSBX_COPY_MAX_SIZE; "0" = no bound).
 	CopyMaxSize Setting[string]
+	// SnapshotMaxSize bounds what one snapshot adds to its sandbox's
+	// image: the files of its mounts staged plus the image layer the
+	// engine saves (snapshot_max_size; env HSBX_SNAPSHOT_MAX_SIZE; "0" =
+	// no bound).
+	SnapshotMaxSize Setting[string]
 	// CopyChannelMax: a `cp` of at most this much data goes through the
 	// exec channel's agent when its channel is up and it runs as root,
 	// instead of the engine's cp (copy_channel_max; env
@@ -126,6 +131,9 @@ type ReaperSettings struct {
 // DefaultCopyMaxSize bounds a copy out of a sandbox (copy_max_size).
 const DefaultCopyMaxSize = "10g"
 
+// DefaultSnapshotMaxSize bounds one snapshot (snapshot_max_size).
+const DefaultSnapshotMaxSize = "10g"
+
 // DefaultCopyChannelMax is the largest copy the exec channel's agent
 // makes (copy_channel_max): below it the agent is faster than the
 // engine's cp, far above it slower (BENCHMARKS.md).
@@ -163,6 +171,7 @@ func Defaults() Settings {
 		ExecChannelAgent: Setting[string]{"", "default"},
 		CopyMaxSize:      Setting[string]{DefaultCopyMaxSize, "default"},
 		CopyChannelMax:   Setting[string]{DefaultCopyChannelMax, "default"},
+		SnapshotMaxSize:  Setting[string]{DefaultSnapshotMaxSize, "default"},
 		PersistentShell:  Setting[bool]{true, "default"}, SessionIdle: Setting[time.Duration]{time.Hour, "default"},
 		Sandbox: SandboxSettings{
 			Image: Setting[string]{d.Image, "default"}, Cwd: Setting[string]{d.Cwd, "default"},
@@ -217,6 +226,7 @@ func (s *Settings) fields() []field {
 		{key: "exec_channel_agent", env: []string{"HSBX_EXEC_CHANNEL_AGENT"}, ptr: &s.ExecChannelAgent},
 		{key: "copy_max_size", env: []string{"HSBX_COPY_MAX_SIZE"}, ptr: &s.CopyMaxSize},
 		{key: "copy_channel_max", env: []string{"HSBX_COPY_CHANNEL_MAX"}, ptr: &s.CopyChannelMax},
+		{key: "snapshot_max_size", env: []string{"HSBX_SNAPSHOT_MAX_SIZE"}, ptr: &s.SnapshotMaxSize},
 		{key: "persistent_shell", env: []string{"TERMINAL_PERSISTENT_SHELL", "HSBX_PERSISTENT_SHELL"}, ptr: &s.PersistentShell},
 		{key: "session_idle", env: []string{"HSBX_SESSION_IDLE"}, ptr: &s.SessionIdle},
 		{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, flag: "--image", ptr: &sb.Image},
@@ -586,6 +596,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := SizeBytes(c.CopyMaxSize.Value); err != nil {
 		return &Error{Source: c.CopyMaxSize.Source, Key: "copy_max_size", Msg: err.Error()}
+	}
+	if _, err := SizeBytes(c.SnapshotMaxSize.Value); err != nil {
+		return &Error{Source: c.SnapshotMaxSize.Source, Key: "snapshot_max_size", Msg: err.Error()}
 	}
 	if _, err := SizeBytes(c.CopyChannelMax.Value); err != nil {
 		return &Error{Source: c.CopyChannelMax.Source, Key: "copy_channel_max", Msg: strings.Replace(err.Error(), "0 = no bound", "0 = never", 1)}

@@ -292,7 +292,7 @@ func (s *Sandbox) bringUp(ctx context.Context, c runtime.Container) (Result, boo
 // the existing one has a network (made before network = off was set, or
 // by a tool that ignored it). hsbx does not remove it: it may hold work.
 func (s *Sandbox) checkNetwork(c runtime.Container) error {
-	_, relays := c.Labels[egress.Label]
+	relays := c.Labels[egress.Label] != "" // "": blanked in a snapshot's image
 	if !s.spec.Network && s.spec.Egress == nil && relays && c.NetworkMode == "none" {
 		// Asked for off, found allow: its relay would let out what off
 		// does not.
@@ -382,8 +382,15 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	spec := s.spec
-	s6, missing := s.m.imageInit(ctx, spec.Image)
+	image := spec.Image
+	if s.fromImage != "" {
+		image = s.fromImage // a snapshot's: local, never pulled
+	}
+	s6, missing := s.m.imageInit(ctx, image)
 	pulled := false
+	if missing && s.fromImage != "" {
+		return "", fmt.Errorf("%w: the snapshot's image %.19s is gone", ErrNoSnapshot, s.fromImage)
+	}
 	if missing {
 		if err := s.m.pull(ctx, spec.Image); err != nil {
 			return "", err
@@ -417,6 +424,9 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 		// What it is made from as the caller asked (s.spec, not spec as
 		// adjusted to this engine: a learned no-network is no difference).
 		rs.Labels[LabelConfig] = s.configLabel()
+		if s.fromImage != "" {
+			rs.Image = s.fromImage
+		}
 		nonce := randomHex(8)
 		rs.Labels[LabelNonce] = nonce
 		if cr := creatorLabel(); cr != "" {
@@ -459,7 +469,7 @@ func (s *Sandbox) create(ctx context.Context, name string) (string, error) {
 			return "", s.checkNameOwner(ctx, name, err)
 		}
 		s.cleanupAttempt(ctx, nonce)
-		if errors.Is(err, runtime.ErrImageNotFound) && !pulled && s.rt().Capabilities().Pulls {
+		if errors.Is(err, runtime.ErrImageNotFound) && !pulled && s.fromImage == "" && s.rt().Capabilities().Pulls {
 			// The image went since it was last seen (a cached fact, or an
 			// rmi between the look and the create): pull it, then once more.
 			s.m.forgetImage(spec.Image)

@@ -126,6 +126,9 @@ type Config struct {
 	// every Exec, session run and file operation appends one line to
 	// StateDir/ran.jsonl (internal/record; `hsbx history` shows it).
 	NoRecord bool
+	// SnapshotMaxBytes bounds what one Snapshot adds to its sandbox's
+	// image (0: no bound; the CLI's snapshot_max_size).
+	SnapshotMaxBytes int64
 }
 
 // DefaultStateDir is the hsbx command's state directory in environment
@@ -271,6 +274,9 @@ type Sandbox struct {
 	storageSeen time.Time
 	// forceRecreate: this Ensure replaces what it finds (Recreate).
 	forceRecreate bool
+	// fromImage: a create makes the sandbox from this image (a
+	// snapshot's id), not the spec's.
+	fromImage string
 
 	ch channelState
 	// touched is when this handle last recorded a use (unix nanoseconds):
@@ -320,7 +326,7 @@ func (s *Sandbox) result(c runtime.Container, a Action) Result {
 	network := "any"
 	if c.NetworkMode == "none" {
 		network = "none"
-		if _, relays := c.Labels[egress.Label]; relays {
+		if c.Labels[egress.Label] != "" { // "": blanked in a snapshot's image
 			network = "allow"
 		}
 	}

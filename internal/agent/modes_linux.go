@@ -54,6 +54,13 @@ import (
 //	                   its BgState, at once / once it ended
 //	bg-output ID OFF F its output from byte OFF (F 1: until it ended)
 //	bg-kill ID SIG     signal its group and all that carry its marker
+//	snapshot-hold BOUND PATH...
+//	                   stop the sandbox's other processes, copy each PATH
+//	                   (at most BOUND bytes) into wire.SnapshotStage, print a
+//	                   wire.SnapshotReport line, and on a line of input (or
+//	                   its end) remove the copy, continue them, print another
+//	snapshot-restore   copy the staged paths back over the sandbox's, remove
+//	                   the stage, print a wire.SnapshotReport line
 //	forward ADDR       connect to TCP ADDR and relay stdin and stdout to it
 //	                   (one connection of a port forward)
 //	unreachable WAIT ADDR...
@@ -145,6 +152,17 @@ func RunMode(args []string, build string) (code int, ok bool) {
 			return fail(err), true
 		}
 		return 0, true
+	case len(args) >= 2 && args[0] == "snapshot-hold":
+		bound, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil || os.Geteuid() != 0 {
+			return fail(fmt.Errorf("snapshot-hold BOUND PATH... runs as root (bound %q)", args[1])), true
+		}
+		return SnapshotHold(bound, args[2:], os.Stdin, os.Stdout), true
+	case len(args) == 1 && args[0] == "snapshot-restore":
+		if os.Geteuid() != 0 {
+			return fail(errors.New("snapshot-restore runs as root")), true
+		}
+		return SnapshotRestore(os.Stdout), true
 	case len(args) == 2 && args[0] == "copy-in":
 		if os.Geteuid() != 0 {
 			return useEngine("the agent is not root"), true

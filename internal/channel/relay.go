@@ -202,8 +202,8 @@ func ReadEgressPolicy(ctx context.Context, rt runtime.Runtime, id string) (Egres
 	if len(cs) != 1 {
 		return EgressPolicy{}, false, errors.New("egress relay: the sandbox is gone")
 	}
-	v, labelled := cs[0].Labels[egress.Label]
-	if !labelled {
+	v := cs[0].Labels[egress.Label]
+	if v == "" { // absent, or blanked in a snapshot's image the sandbox was made from
 		return EgressPolicy{}, false, nil
 	}
 	p, err := egress.ParsePosture(v)
@@ -211,7 +211,7 @@ func ReadEgressPolicy(ctx context.Context, rt runtime.Runtime, id string) (Egres
 		return EgressPolicy{}, true, fmt.Errorf("egress relay: %w", err)
 	}
 	policy := EgressPolicy{Posture: p, Name: cs[0].Name, Task: cs[0].Labels[egress.TaskLabel], Nonce: cs[0].Labels[egress.NonceLabel]}
-	if v, ok := cs[0].Labels[egress.SecretsLabel]; ok {
+	if v := cs[0].Labels[egress.SecretsLabel]; v != "" {
 		if policy.Secrets, err = egress.ParseSecrets(v); err != nil {
 			return EgressPolicy{}, true, fmt.Errorf("egress relay: %w", err)
 		}

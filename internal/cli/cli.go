@@ -118,6 +118,7 @@ type grammar struct {
 	File       FileCmd       `cmd:"" help:"Read, write, list, remove or watch files in the task's sandbox, through hsbx's agent."`
 	Forward    ForwardCmd    `cmd:"" help:"Forward a local TCP port to a port in the task's sandbox, through hsbx's agent (works with network = off)."`
 	Bg         BgCmd         `cmd:"" help:"Start commands in the task's sandbox in the background; list, read, wait on and signal them by id."`
+	Snapshot   SnapshotCmd   `cmd:"" help:"Save a sandbox's files as a named snapshot; list and remove snapshots; roll a sandbox back to one, or fork new sandboxes from one."`
 	Ls         LsCmd         `cmd:"" help:"List sandboxes."`
 	History    HistoryCmd    `cmd:"" help:"Show the record of what ran in the profile's sandboxes (or the task's): who, what, how it ended, the bytes each way."`
 	Netlog     NetlogCmd     `cmd:"" help:"Show the network log of the task's sandbox (network = allow): each connection allowed or refused, by which rule, and the bytes each way."`
@@ -560,22 +561,28 @@ func cliHint(err error) string {
 // kindHints are the hints of errors that name no fix of their own, by
 // their --json kind: every error has one.
 var kindHints = map[string]string{
-	"usage":             usageHint,
-	"no_session":        "`hsbx session ls` lists the sandbox's sessions; a run makes one",
-	"no_sandbox":        "`hsbx up` makes the task's sandbox (`hsbx ls` lists them)",
-	"no_such_path":      "check the path (`hsbx exec -- ls DIR` lists a directory in the sandbox)",
-	"sandbox_exists":    "`hsbx down` removes it first, or use another --task",
-	"no_such_user":      "name a user the sandbox's /etc/passwd lists (`hsbx exec -- cat /etc/passwd`), or a numeric UID[:GID]",
-	"not_found":         "check the path (`hsbx file ls DIR` lists a directory of the sandbox)",
-	"is_directory":      "name a file (`hsbx file ls DIR` lists the directory)",
-	"not_directory":     "name a directory: the path, or one on its way, is a file",
-	"permission_denied": "the sandbox's user may not: do it as another user (-u root), or change the file's mode",
-	"file_too_large":    "raise the bound (copy_max_size, HSBX_COPY_MAX_SIZE), or use `hsbx cp`, which streams",
-	"not_empty":         "`hsbx file rm -r` removes a directory with everything in it",
-	"copy_too_large":    "raise copy_max_size (HSBX_COPY_MAX_SIZE), or copy less",
-	"session_failed":    "run it again (a new session server starts); what failed is named above",
-	"error":             "the message says what failed; --log-level debug shows each engine call hsbx made",
-	"internal":          "this is hsbx's own failure: please report it",
+	"usage":                usageHint,
+	"no_session":           "`hsbx session ls` lists the sandbox's sessions; a run makes one",
+	"no_sandbox":           "`hsbx up` makes the task's sandbox (`hsbx ls` lists them)",
+	"no_such_path":         "check the path (`hsbx exec -- ls DIR` lists a directory in the sandbox)",
+	"sandbox_exists":       "`hsbx down` removes it first, or use another --task",
+	"no_such_user":         "name a user the sandbox's /etc/passwd lists (`hsbx exec -- cat /etc/passwd`), or a numeric UID[:GID]",
+	"not_found":            "check the path (`hsbx file ls DIR` lists a directory of the sandbox)",
+	"is_directory":         "name a file (`hsbx file ls DIR` lists the directory)",
+	"not_directory":        "name a directory: the path, or one on its way, is a file",
+	"permission_denied":    "the sandbox's user may not: do it as another user (-u root), or change the file's mode",
+	"file_too_large":       "raise the bound (copy_max_size, HSBX_COPY_MAX_SIZE), or use `hsbx cp`, which streams",
+	"not_empty":            "`hsbx file rm -r` removes a directory with everything in it",
+	"copy_too_large":       "raise copy_max_size (HSBX_COPY_MAX_SIZE), or copy less",
+	"session_failed":       "run it again (a new session server starts); what failed is named above",
+	"snapshot_unsupported": "snapshots need docker or podman (engine = docker, or podman)",
+	"no_snapshot":          "`hsbx snapshot ls` lists the profile's snapshots",
+	"snapshot_exists":      "choose another name, or remove it first (`hsbx snapshot rm NAME`)",
+	"snapshot_too_large":   "raise snapshot_max_size (HSBX_SNAPSHOT_MAX_SIZE), or remove files from the sandbox first",
+	"snapshot_in_use":      "remove the sandboxes made from it first (`hsbx down --task TASK`), and snapshots taken of them",
+	"no_space":             "free space in the sandbox (its disk quota, or the engine's disk), then try again",
+	"error":                "the message says what failed; --log-level debug shows each engine call hsbx made",
+	"internal":             "this is hsbx's own failure: please report it",
 }
 
 // cliRemedy names a remedy in the library's warnings and errors as the

@@ -263,6 +263,18 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 		return "no_such_user", ExitCannotRun
 	case errors.Is(err, sandbox.ErrNoProcess):
 		return "no_process", ExitError
+	case errors.Is(err, sandbox.ErrSnapshotUnsupported):
+		return "snapshot_unsupported", ExitUsage
+	case errors.Is(err, sandbox.ErrNoSnapshot):
+		return "no_snapshot", ExitError
+	case errors.Is(err, sandbox.ErrSnapshotExists):
+		return "snapshot_exists", ExitError
+	case errors.Is(err, sandbox.ErrSnapshotTooLarge):
+		return "snapshot_too_large", ExitError
+	case errors.Is(err, sandbox.ErrSnapshotInUse):
+		return "snapshot_in_use", ExitError
+	case errors.Is(err, sandbox.ErrNoSpace):
+		return "no_space", ExitError
 	}
 	var fe *sandbox.FileError
 	if errors.As(err, &fe) {

@@ -72,3 +72,39 @@ type FileEvent struct {
 	Path  string `json:"path"`
 	Type  string `json:"type,omitempty"` // "dir" for a directory
 }
+
+// SnapshotStage is where the agent's snapshot-hold mode copies a
+// sandbox's mounted paths (each under its own path: /workspace to
+// SnapshotStage/workspace) so the engine's commit, which sees only the
+// container's own layer, saves them; snapshot-restore puts them back and
+// removes it. Its manifest is SnapshotStage/manifest.json (a
+// SnapshotReport).
+const SnapshotStage = "/.hsbx-snapshot"
+
+// SnapshotReport is what snapshot-hold prints as its first line (staged,
+// or why not) and, after the host's go-ahead, its last (Thawed), and what
+// snapshot-restore prints.
+type SnapshotReport struct {
+	// Paths are the paths staged (or restored); Skipped what was passed
+	// over and why (a socket, a device, another mount inside a path).
+	Paths   []string `json:"paths,omitempty"`
+	Skipped []string `json:"skipped,omitempty"`
+	Bytes   int64    `json:"bytes"`
+	Files   int      `json:"files"`
+	// Frozen is how many of the sandbox's processes were stopped (SIGSTOP)
+	// while staging and committing; Thawed how many were continued.
+	Frozen int `json:"frozen,omitempty"`
+	Thawed int `json:"thawed,omitempty"`
+	// Error and Kind: it failed, and nothing is staged: Kind is one of the
+	// SnapshotKind* words.
+	Error string `json:"error,omitempty"`
+	Kind  string `json:"kind,omitempty"`
+}
+
+// The kinds of a failed snapshot-hold or snapshot-restore.
+const (
+	SnapshotKindTooLarge = "too_large" // the paths hold more than the bound
+	SnapshotKindNoSpace  = "no_space"  // the sandbox's disk filled
+	SnapshotKindFreeze   = "freeze"    // the sandbox's processes could not all be stopped
+	SnapshotKindFailed   = "failed"    // anything else (the words say)
+)

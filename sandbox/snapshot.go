@@ -1,0 +1,570 @@
+package sandbox
+
+// Snapshots: a sandbox's files saved under a name as an image of the
+// engine's, and sandboxes made from it (a rollback in place, forks).
+//
+// The engine's commit saves the container's own layer and never its
+// mounts, so hsbx's agent first stops the sandbox's other processes and
+// copies the mounted paths (/workspace, /root, the memory-backed /tmp ...)
+// into the layer (internal/agent, snapshot-hold); the engine commits (it
+// pauses the container too) with the snapshot's labels; the agent removes
+// the copy and continues the processes. A sandbox made from the image gets
+// the copied paths put back over its mounts (snapshot-restore) before
+// anything else runs in it. Processes and memory are not saved.
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/wire"
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// The labels of a snapshot's image. Values the engines' change parser
+// would read apart (a profile's or task's characters) are query-escaped.
+const (
+	LabelSnapshot        = "hsbx.snapshot"         // its name
+	LabelSnapshotScope   = "hsbx.snapshot.scope"   // a digest of the profile (or shared key) it belongs to
+	LabelSnapshotProfile = "hsbx.snapshot.profile" // the profile, escaped ("shared:KEY" for a shared key)
+	LabelSnapshotTask    = "hsbx.snapshot.task"    // the task it was taken of, escaped
+	LabelSnapshotCreated = "hsbx.snapshot.created" // RFC 3339, UTC
+	LabelSnapshotSource  = "hsbx.snapshot.source"  // the image the sandbox was made from, escaped
+	LabelSnapshotPaths   = "hsbx.snapshot.paths"   // the mounted paths it holds, comma-separated
+	LabelSnapshotNonce   = "hsbx.snapshot.nonce"   // this commit's, to find what a failed one left
+)
+
+// Snapshot errors, for errors.Is.
+var (
+	// ErrNoSnapshot: the profile has no snapshot of that name.
+	ErrNoSnapshot = errors.New("no such snapshot")
+	// ErrSnapshotExists: the profile has a snapshot of that name already.
+	ErrSnapshotExists = errors.New("a snapshot of that name exists")
+	// ErrSnapshotTooLarge: the snapshot would be over snapshot_max_size;
+	// nothing was kept.
+	ErrSnapshotTooLarge = errors.New("snapshot over its size bound")
+	// ErrSnapshotUnsupported: the engine cannot save a sandbox's files
+	// (kubectl: a Pod's image layer is out of reach).
+	ErrSnapshotUnsupported = errors.New("snapshots are not possible on this engine")
+	// ErrSnapshotInUse: sandboxes made from the snapshot (forks, a
+	// rollback) stand on its image; it goes after they do.
+	ErrSnapshotInUse = errors.New("snapshot in use by a sandbox")
+	// ErrNoSpace: the sandbox's disk filled while the snapshot copied its
+	// files; nothing was kept.
+	ErrNoSpace = errors.New("no space left in the sandbox")
+)
+
+// SnapshotInfo is one snapshot.
+type SnapshotInfo struct {
+	Name    string `json:"name"`
+	Profile string `json:"profile"`
+	// Task is the task it was taken of.
+	Task    string    `json:"task"`
+	Created time.Time `json:"created"`
+	// Size is its image's size as the engine reports it (with the layers
+	// of the image it was made from).
+	Size int64 `json:"size"`
+	// SourceImage is the image the sandbox was made from.
+	SourceImage string `json:"source_image"`
+	// ID and Ref are its image's id and name in the engine.
+	ID  string `json:"id"`
+	Ref string `json:"ref"`
+	// Paths are the mounted paths it holds besides the image's layer.
+	Paths []string `json:"paths"`
+}
+
+// snapshotNameMax is the longest snapshot name (an image tag's bound).
+const snapshotNameMax = 128
+
+// ValidSnapshotName says what is wrong with a snapshot name, nil when
+// nothing is: 1 to 128 letters, digits, '.', '_' and '-', starting with a
+// letter or digit (what an image tag may be).
+func ValidSnapshotName(name string) error {
+	if name == "" || len(name) > snapshotNameMax {
+		return &SpecError{"snapshot name", fmt.Sprintf("%q: want 1 to %d characters", name, snapshotNameMax)}
+	}
+	for i, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || i > 0 && (c == '.' || c == '_' || c == '-')
+		if !ok {
+			return &SpecError{"snapshot name", fmt.Sprintf("%q: use letters, digits, '.', '_' and '-' (not first)", name)}
+		}
+	}
+	return nil
+}
+
+// scopeDigest names a scope in a label and an image name.
+func scopeDigest(sc Scope) string {
+	enc := "profile" + strconv.Itoa(len(sc.Profile)) + ":" + sc.Profile
+	if sc.Shared != "" {
+		enc = "shared" + strconv.Itoa(len(sc.Shared)) + ":" + sc.Shared
+	}
+	sum := sha256.Sum256([]byte("hsbx-snapshot-scope:" + enc))
+	return hex.EncodeToString(sum[:8])
+}
+
+func scopeName(sc Scope) string {
+	if sc.Shared != "" {
+		return "shared:" + sc.Shared
+	}
+	return sc.Profile
+}
+
+// snapshotRef is the image name of snapshot name in scope sc.
+func snapshotRef(sc Scope, name string) string {
+	return "hsbx-snapshot-" + scopeDigest(sc) + ":" + name
+}
+
+func (m *Manager) committer() (runtime.Committer, error) {
+	if cm, ok := m.c.Runtime.(runtime.Committer); ok {
+		return cm, nil
+	}
+	return nil, fmt.Errorf("%w: %s cannot save a sandbox's files as an image (a Pod's image layer is out of the cluster API's reach); snapshots need docker or podman", ErrSnapshotUnsupported, m.c.Runtime.Dialect())
+}
+
+// snapshotOf reads a snapshot image's labels; ok is false for an image
+// that is not one of scope sc's (labels missing or not agreeing).
+func snapshotOf(img runtime.Image, sc Scope) (SnapshotInfo, bool) {
+	l := img.Labels
+	unesc := func(k string) string { v, _ := url.QueryUnescape(l[k]); return v }
+	si := SnapshotInfo{Name: l[LabelSnapshot], Profile: unesc(LabelSnapshotProfile), Task: unesc(LabelSnapshotTask),
+		SourceImage: unesc(LabelSnapshotSource), ID: img.ID, Size: img.Size}
+	if si.Name == "" || ValidSnapshotName(si.Name) != nil || l[LabelSnapshotScope] != scopeDigest(sc) || si.Profile != scopeName(sc) {
+		return si, false
+	}
+	si.Ref = snapshotRef(sc, si.Name)
+	si.Created, _ = time.Parse(time.RFC3339, l[LabelSnapshotCreated])
+	if si.Created.IsZero() {
+		si.Created = img.Created
+	}
+	if p := l[LabelSnapshotPaths]; p != "" {
+		si.Paths = strings.Split(p, ",")
+	}
+	return si, true
+}
+
+// Snapshots lists scope sc's snapshots, oldest first.
+func (m *Manager) Snapshots(ctx context.Context, sc Scope) ([]SnapshotInfo, error) {
+	cm, err := m.committer()
+	if err != nil {
+		return nil, err
+	}
+	imgs, err := cm.Images(ctx, LabelSnapshotScope+"="+scopeDigest(sc))
+	if err != nil {
+		return nil, fmt.Errorf("listing snapshots: %w", err)
+	}
+	var out []SnapshotInfo
+	for _, img := range imgs {
+		if si, ok := snapshotOf(img, sc); ok {
+			out = append(out, si)
+		}
+	}
+	slices.SortFunc(out, func(a, b SnapshotInfo) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out, nil
+}
+
+// FindSnapshot is scope sc's snapshot name (ErrNoSnapshot when none).
+func (m *Manager) FindSnapshot(ctx context.Context, sc Scope, name string) (SnapshotInfo, error) {
+	if err := ValidSnapshotName(name); err != nil {
+		return SnapshotInfo{}, err
+	}
+	cm, err := m.committer()
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	imgs, err := cm.Images(ctx, LabelSnapshotScope+"="+scopeDigest(sc), LabelSnapshot+"="+name)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("looking for snapshot %s: %w", name, err)
+	}
+	for _, img := range imgs {
+		if si, ok := snapshotOf(img, sc); ok && si.Name == name {
+			return si, nil
+		}
+	}
+	return SnapshotInfo{}, fmt.Errorf("%w: profile %q has no snapshot %q (hsbx snapshot ls lists them)", ErrNoSnapshot, scopeName(sc), name)
+}
+
+// RemoveSnapshot removes scope sc's snapshot name, and makes sure it went.
+// One a sandbox stands on (a fork, a rollback) is kept: ErrSnapshotInUse.
+func (m *Manager) RemoveSnapshot(ctx context.Context, sc Scope, name string) error {
+	si, err := m.FindSnapshot(ctx, sc, name)
+	if err != nil {
+		return err
+	}
+	cm, _ := m.committer()
+	if err := cm.RemoveImages(ctx, si.ID); err != nil {
+		if errors.Is(err, runtime.ErrImageInUse) {
+			return fmt.Errorf("%w: %s: sandboxes made from it (forks, a rollback) or snapshots of them stand on its image; remove them first (hsbx down --task TASK, hsbx snapshot rm NAME): %v", ErrSnapshotInUse, name, err)
+		}
+		return fmt.Errorf("removing snapshot %s: %w", name, err)
+	}
+	if _, err := m.FindSnapshot(ctx, sc, name); !errors.Is(err, ErrNoSnapshot) {
+		if err == nil {
+			// podman removes only the name of an image another stands on
+			// (measured): the snapshot stays, and goes with the last one.
+			return fmt.Errorf("%w: %s: snapshots taken of sandboxes made from it stand on its image; it stays until they are removed (hsbx snapshot rm NAME)", ErrSnapshotInUse, name)
+		}
+		return fmt.Errorf("removing snapshot %s: %w", name, err)
+	}
+	return nil
+}
+
+// snapshotPaths are the mounted paths a snapshot copies: the persistent
+// /workspace and /root (or their memory-backed stand-ins) and every
+// memory-backed mount but /run (the processes' runtime files). The
+// caller's directory mounted at /workspace and volumes of the user's
+// are not hsbx's: left out.
+func (s *Sandbox) snapshotPaths() []string {
+	ps := []string{"/root"}
+	if !s.spec.MountCwdToWorkspace {
+		ps = append(ps, "/workspace")
+	}
+	for _, p := range s.spec.MemoryMounts() {
+		if p != "/run" && !slices.Contains(ps, p) {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// Snapshot saves the sandbox's files as snapshot name of its profile: its
+// image layer, its persistent /workspace and /root, its memory-backed
+// paths. While it copies, the sandbox's processes are stopped (and the
+// engine pauses it while it commits), so no write lands half in it; they
+// go on after. A stopped sandbox is started first. Processes and memory
+// are not saved. Over Config.SnapshotMaxBytes it keeps nothing and fails
+// with ErrSnapshotTooLarge.
+func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
+	if err := ValidSnapshotName(name); err != nil {
+		return SnapshotInfo{}, err
+	}
+	cm, err := s.m.committer()
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	sc := s.key.Scope()
+	if _, err := s.m.FindSnapshot(ctx, sc, name); err == nil {
+		return SnapshotInfo{}, fmt.Errorf("%w: profile %q has snapshot %q already (hsbx snapshot rm %s)", ErrSnapshotExists, scopeName(sc), name, name)
+	} else if !errors.Is(err, ErrNoSnapshot) {
+		return SnapshotInfo{}, err
+	}
+	c, err := s.copyTarget(ctx, false)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	if c.State != runtime.StateRunning {
+		res, err := s.Ensure(ctx)
+		if err != nil {
+			return SnapshotInfo{}, err
+		}
+		c.ID = res.ID
+	}
+	cur, err := s.inspectOwn(ctx, c.ID)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	if cur == nil {
+		return SnapshotInfo{}, fmt.Errorf("%w: task %q of profile %q has none", ErrNoSandbox, s.key.Task, s.key.Profile)
+	}
+	base, err := s.rt().InspectImage(ctx, cur.Image)
+	if err != nil && !errors.Is(err, runtime.ErrImageNotFound) {
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	bound := s.m.c.SnapshotMaxBytes
+	h, err := s.hold(ctx, cur.ID, bound)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	defer h.release()
+	nonce := randomHex(8)
+	spec := runtime.CommitSpec{ID: cur.ID, Ref: snapshotRef(sc, name), Labels: map[string]string{}}
+	if host, err := s.m.hostFacts(ctx); err == nil && host.Rootless && host.CgroupV1 {
+		// Such an engine cannot pause a container; the agent's hold has
+		// stopped its processes, and keeps stopping any that start.
+		spec.NoPause = true
+	}
+	for k, v := range cur.Labels { // the sandbox's own labels are not the image's: a fork is labelled anew
+		if bv, ok := base.Labels[k]; !ok || bv != v {
+			spec.Labels[k] = ""
+		}
+	}
+	for _, k := range cur.EnvNames { // values hsbx gave the sandbox stay out of the image
+		if !slices.Contains(base.EnvNames, k) && !engineEnv[k] {
+			spec.BlankEnv = append(spec.BlankEnv, k)
+		}
+	}
+	created := time.Now().UTC().Truncate(time.Second)
+	own := map[string]string{
+		LabelSnapshot: name, LabelSnapshotScope: scopeDigest(sc), LabelSnapshotProfile: url.QueryEscape(scopeName(sc)),
+		LabelSnapshotTask: url.QueryEscape(s.key.Task), LabelSnapshotCreated: created.Format(time.RFC3339),
+		LabelSnapshotSource: url.QueryEscape(cur.Image), LabelSnapshotPaths: strings.Join(h.rep.Paths, ","), LabelSnapshotNonce: nonce,
+	}
+	for k, v := range own {
+		spec.Labels[k] = v
+	}
+	id, err := cm.Commit(ctx, spec)
+	h.release()
+	if herr := h.wait(); herr != nil {
+		s.m.log.Warn("the snapshot's hold did not end cleanly", "sandbox", s.name, "error", herr)
+	}
+	if err != nil {
+		s.dropSnapshot(ctx, nonce)
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	si, err := s.m.FindSnapshot(ctx, sc, name)
+	if err == nil && (si.ID != id || !slices.Equal(si.Paths, h.rep.Paths)) {
+		err = fmt.Errorf("the engine made image %.19s, but lists %.19s under the name with other labels", id, si.ID)
+	}
+	if err != nil {
+		s.dropSnapshot(ctx, nonce)
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	if added := si.Size - base.Size; bound > 0 && added > bound {
+		s.dropSnapshot(ctx, nonce)
+		return SnapshotInfo{}, fmt.Errorf("%w: snapshot %s adds %d bytes to its image, over snapshot_max_size (%d); removed", ErrSnapshotTooLarge, name, added, bound)
+	}
+	return si, nil
+}
+
+// dropSnapshot removes what a failed snapshot left (its image, found by
+// its nonce), whatever the caller's context.
+func (s *Sandbox) dropSnapshot(ctx context.Context, nonce string) {
+	ctx = context.WithoutCancel(ctx)
+	cm, _ := s.m.committer()
+	imgs, err := cm.Images(ctx, LabelSnapshotNonce+"="+nonce)
+	if err != nil {
+		s.m.c.Warn(fmt.Sprintf("could not check for what a failed snapshot left: %v", err))
+		return
+	}
+	var ids []string
+	for _, img := range imgs {
+		if img.Labels[LabelSnapshotNonce] == nonce {
+			ids = append(ids, img.ID)
+		}
+	}
+	if err := cm.RemoveImages(ctx, ids...); err != nil {
+		s.m.c.Warn(fmt.Sprintf("a failed snapshot left image(s) %s and they could not be removed: %v", strings.Join(ids, " "), err))
+	}
+}
+
+// engineEnv are the variables the engines give every container whatever
+// its image (podman: all five; docker: PATH and HOSTNAME): a snapshot's
+// image keeps them, or its sandboxes would start without a PATH.
+var engineEnv = map[string]bool{"PATH": true, "HOME": true, "HOSTNAME": true, "TERM": true, "container": true}
+
+// holdRun is a running snapshot-hold: the sandbox's processes stopped,
+// its paths staged, until release.
+type holdRun struct {
+	rep     wire.SnapshotReport
+	in      *io.PipeWriter
+	once    sync.Once
+	done    chan struct{}
+	code    int
+	err     error
+	stderr  *proc.TailBuffer
+	lines   *bufio.Scanner
+	outPipe *io.PipeReader
+}
+
+// hold starts snapshot-hold in sandbox id and waits for its report.
+func (s *Sandbox) hold(ctx context.Context, id string, bound int64) (*holdRun, error) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	h := &holdRun{in: inW, done: make(chan struct{}), stderr: &proc.TailBuffer{Max: 4 << 10}, outPipe: outR}
+	a := channel.Agent{Runtime: s.rt(), ID: id, User: "0", Binary: s.m.c.Agent, Log: s.m.log}
+	args := append([]string{"snapshot-hold", strconv.FormatInt(bound, 10)}, s.snapshotPaths()...)
+	release := s.markInUse()
+	go func() {
+		defer close(h.done)
+		defer release()
+		h.code, h.err = channel.RunAgent(ctx, a, channel.AgentExec{Args: args, Stdin: inR, Stdout: outW, Stderr: h.stderr})
+		_ = outW.Close()
+		_ = inR.Close()
+	}()
+	h.lines = bufio.NewScanner(outR)
+	h.lines.Buffer(make([]byte, 64<<10), 1<<20)
+	if !h.lines.Scan() {
+		h.release()
+		_ = h.wait()
+		if h.err != nil {
+			return nil, h.err
+		}
+		return nil, fmt.Errorf("hsbx's agent said nothing of the snapshot (exit %d): %s", h.code, strings.TrimSpace(string(h.stderr.Bytes())))
+	}
+	if err := json.Unmarshal(h.lines.Bytes(), &h.rep); err != nil {
+		h.release()
+		_ = h.wait()
+		return nil, fmt.Errorf("hsbx's agent's snapshot report: %w", err)
+	}
+	if h.rep.Error != "" {
+		h.release()
+		_ = h.wait()
+		return nil, stageError(h.rep)
+	}
+	return h, nil
+}
+
+func stageError(rep wire.SnapshotReport) error {
+	switch rep.Kind {
+	case wire.SnapshotKindTooLarge:
+		return fmt.Errorf("%w: %s (snapshot_max_size); nothing was kept", ErrSnapshotTooLarge, rep.Error)
+	case wire.SnapshotKindNoSpace:
+		return fmt.Errorf("%w: %s; nothing was kept", ErrNoSpace, rep.Error)
+	}
+	return fmt.Errorf("hsbx's agent could not copy the sandbox's files: %s", rep.Error)
+}
+
+// release tells the hold to end (remove the stage, continue the
+// processes); more than once is once.
+func (h *holdRun) release() {
+	h.once.Do(func() {
+		_, _ = h.in.Write([]byte("go\n"))
+		_ = h.in.Close()
+	})
+}
+
+// wait waits for the hold to end and reads its last report.
+func (h *holdRun) wait() error {
+	go func() { // drain, so the agent never blocks on its last line
+		for h.lines.Scan() {
+			var r wire.SnapshotReport
+			if json.Unmarshal(h.lines.Bytes(), &r) == nil && r.Thawed > 0 {
+				h.rep.Thawed = r.Thawed
+			}
+		}
+	}()
+	<-h.done
+	_ = h.outPipe.Close()
+	if h.err != nil {
+		return h.err
+	}
+	if h.code != 0 {
+		return fmt.Errorf("snapshot-hold exited %d: %s", h.code, strings.TrimSpace(string(h.stderr.Bytes())))
+	}
+	return nil
+}
+
+// Fork makes a sandbox for this handle's key from snapshot name of its
+// profile (the handle's settings, the snapshot's files) and returns it,
+// up. The key must have no sandbox yet (ErrSandboxExists), nor files in
+// its persistent directories. Each fork is its own: a write in one is
+// seen in no other, nor in the sandbox the snapshot was taken of.
+func (s *Sandbox) Fork(ctx context.Context, name string) (Result, error) {
+	si, err := s.m.FindSnapshot(ctx, s.key.Scope(), name)
+	if err != nil {
+		return Result{}, err
+	}
+	if !s.ephemeral {
+		c, found, err := s.probe(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		if found {
+			return Result{}, fmt.Errorf("%w: task %q has sandbox %s (%.12s) already; fork into a new task, or roll it back (hsbx snapshot rollback)", ErrSandboxExists, s.key.Task, c.Name, c.ID)
+		}
+	}
+	if err := s.hostDirsEmpty(); err != nil {
+		return Result{}, err
+	}
+	return s.createFrom(ctx, si)
+}
+
+// Rollback replaces the key's sandbox by one made from snapshot name of
+// its profile: the snapshot's files everywhere (image layer, /workspace,
+// /root, memory-backed paths); what was made since is gone. The key,
+// labels and settings stay the handle's. Never while a command runs in
+// it: an error wrapping ErrBusy, and it is kept. With no sandbox it is
+// Fork.
+func (s *Sandbox) Rollback(ctx context.Context, name string) (Result, error) {
+	si, err := s.m.FindSnapshot(ctx, s.key.Scope(), name)
+	if err != nil {
+		return Result{}, err
+	}
+	cs, err := s.keyOwned(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, c := range cs {
+		s.mu.Lock()
+		err := s.replace(ctx, c)
+		s.mu.Unlock()
+		if err != nil {
+			return Result{}, fmt.Errorf("rolling back sandbox %s: %w", c.Name, err)
+		}
+	}
+	return s.createFrom(ctx, si)
+}
+
+// hostDirsEmpty refuses a fork into a key whose persistent directories
+// hold files (a task taken down without --purge): they are not replaced.
+func (s *Sandbox) hostDirsEmpty() error {
+	if !s.spec.Persistent || !s.rt().Capabilities().HostDirs {
+		return nil
+	}
+	for _, d := range s.HostDirs() {
+		ents, err := os.ReadDir(d)
+		if err == nil && len(ents) > 0 {
+			return fmt.Errorf("%w: task %q keeps files in %s; fork into a new task, or remove them (hsbx down --purge --task %s)", ErrSandboxExists, s.key.Task, d, s.key.Task)
+		}
+	}
+	return nil
+}
+
+// createFrom creates the key's sandbox from snapshot si and puts its
+// staged paths back; a sandbox that cannot be restored is removed.
+func (s *Sandbox) createFrom(ctx context.Context, si SnapshotInfo) (Result, error) {
+	s.mu.Lock()
+	s.fromImage = si.ID
+	s.mu.Unlock()
+	res, err := s.Ensure(ctx)
+	s.mu.Lock()
+	s.fromImage = ""
+	s.mu.Unlock()
+	if err != nil {
+		return Result{}, err
+	}
+	if res.Action != Created {
+		return Result{}, fmt.Errorf("%w: another process made task %q's sandbox %s meanwhile", ErrSandboxExists, s.key.Task, res.Name)
+	}
+	var out strings.Builder
+	errb := &proc.TailBuffer{Max: 4 << 10}
+	a := channel.Agent{Runtime: s.rt(), ID: res.ID, User: "0", Binary: s.m.c.Agent, Log: s.m.log}
+	code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: []string{"snapshot-restore"}, Stdout: &out, Stderr: errb})
+	var rep wire.SnapshotReport
+	if err == nil {
+		line, _, _ := strings.Cut(out.String(), "\n")
+		if jerr := json.Unmarshal([]byte(line), &rep); jerr != nil {
+			err = fmt.Errorf("hsbx's agent's restore report (exit %d): %v: %s", code, jerr, strings.TrimSpace(string(errb.Bytes())))
+		} else if rep.Error != "" {
+			err = stageError(rep)
+		}
+	}
+	if err != nil {
+		cctx := context.WithoutCancel(ctx)
+		s.forget(res.ID)
+		if rerr := s.rt().Remove(cctx, true, res.ID); rerr != nil {
+			s.m.c.Warn(fmt.Sprintf("sandbox %s, made from snapshot %s, could not be restored and could not be removed: %v", res.Name, si.Name, rerr))
+		}
+		return Result{}, fmt.Errorf("restoring snapshot %s into sandbox %s (removed): %w", si.Name, res.Name, err)
+	}
+	return res, nil
+}

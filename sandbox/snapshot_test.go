@@ -1,0 +1,409 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hsbx/hsbx/internal/keystate"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
+)
+
+// snapshotWriter appends one 9-byte record a write to a file in the image
+// layer, then /workspace, then /tmp, for ever: in a consistent snapshot
+// every record is whole and the three counts are one point in time (each
+// at most one behind the one before).
+const snapshotWriter = `i=0; while :; do r=$(printf '%08d' $i); echo $r >> /var/snaplog; echo $r >> /workspace/snaplog; echo $r >> /tmp/snaplog; i=$((i+1)); done`
+
+// fillScript makes the files a snapshot must keep: in the image layer,
+// /workspace, /root and /tmp, a link, a hard link, modes and an owner.
+const fillScript = `set -e
+head -c 1048579 /dev/urandom > /workspace/w.bin
+ln -s w.bin /workspace/link
+mkdir -p /workspace/d/e && echo deep > /workspace/d/e/f
+ln /workspace/d/e/f /workspace/d/hard
+echo home > /root/r.txt && chmod 0640 /root/r.txt && chown 65534:65534 /root/r.txt
+echo tmp > /tmp/t.txt
+echo layer > /etc/hsbx-layer && chmod 4755 /etc/hsbx-layer
+`
+
+// sumScript prints what fillScript made, to compare byte for byte.
+const sumScript = `cd / && for f in workspace/w.bin workspace/d/e/f root/r.txt tmp/t.txt etc/hsbx-layer; do echo "$f $(md5sum < $f) $(stat -c '%a %u %g %h' $f)"; done; readlink /workspace/link; stat -c %i /workspace/d/e/f /workspace/d/hard | uniq | wc -l; ls -a /workspace /root /tmp /etc | grep -v -e snaplog -e '^.hsbx-' | md5sum`
+
+// Snapshots on every engine that commits (docker, rootful and rootless
+// podman): a snapshot taken while a process writes is consistent; a
+// rollback restores the image layer, /workspace, /root and /tmp byte for
+// byte and drops what was made after; ten forks at once are independent
+// and run through the exec channel; a fork of a fork; the size bound; and
+// removal refused while forks stand on a snapshot. Kubernetes refuses.
+func TestSnapshot(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		m := e.managerWith(func(c *sandbox.Config) {})
+		if e.kube() {
+			sb := m.Sandbox(e.key("snap"), e.spec())
+			if _, err := sb.Snapshot(ctx, "s1"); !errors.Is(err, sandbox.ErrSnapshotUnsupported) {
+				t.Fatalf("a snapshot on Kubernetes: %v, want ErrSnapshotUnsupported", err)
+			}
+			return
+		}
+		if e.tg.Fake {
+			t.Skip("the fake engine's sandboxes have no file system of their own: TestSnapshotFake")
+		}
+		t.Cleanup(func() { removeSnapshots(e, m) })
+		for _, persistent := range []bool{true, false} {
+			t.Run("persistent="+strconv.FormatBool(persistent), func(t *testing.T) {
+				snapshotCase(t, e, m, persistent)
+			})
+		}
+	})
+}
+
+func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, persistent bool) {
+	ctx := context.Background()
+	spec := e.spec()
+	spec.Persistent = persistent
+	tag := map[bool]string{true: "p", false: "t"}[persistent]
+	src := e.snapSandbox(m, "snap-"+tag, spec)
+	sh := func(sb *sandbox.Sandbox, script string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
+		if code != 0 || err != nil {
+			t.Fatalf("%s: %d %v %s", script, code, err, errb.String())
+		}
+		return strings.TrimSpace(out.String())
+	}
+	sh(src, fillScript)
+	want := sh(src, sumScript)
+	p, err := src.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", snapshotWriter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	name := e.base + "s1-" + tag
+	si, err := src.Snapshot(ctx, name)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if si.Name != name || si.Task != src.Key().Task || si.Profile != "hsbx-test" || si.SourceImage == "" || si.Size <= 0 || si.Created.IsZero() || len(si.Paths) == 0 {
+		t.Errorf("snapshot info %+v", si)
+	}
+	// The writer goes on after the snapshot (its processes were continued).
+	n1 := sh(src, "wc -l < /var/snaplog")
+	time.Sleep(200 * time.Millisecond)
+	if n2 := sh(src, "wc -l < /var/snaplog"); n2 == n1 {
+		t.Errorf("the writer did not go on after the snapshot (%s lines, then %s)", n1, n2)
+	}
+	_, _ = p.Signal(ctx, syscall.SIGKILL)
+	if _, err := src.Snapshot(ctx, name); !errors.Is(err, sandbox.ErrSnapshotExists) {
+		t.Errorf("a second snapshot of the name: %v, want ErrSnapshotExists", err)
+	}
+	list, err := m.Snapshots(ctx, src.Key().Scope())
+	if err != nil || !hasSnapshot(list, name) {
+		t.Errorf("Snapshots: %v %v, want %s", list, err, name)
+	}
+	// Changes after the snapshot, then the rollback.
+	sh(src, "echo changed >> /workspace/w.bin; echo new > /workspace/new; echo new > /etc/after; rm /root/r.txt; echo x > /tmp/t.txt")
+	res, err := src.Rollback(ctx, name)
+	if err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	if got := sh(src, sumScript); got != want {
+		t.Errorf("after the rollback:\n%s\nwant\n%s", got, want)
+	}
+	if got := sh(src, "ls /workspace/new /etc/after 2>&1 || true"); !strings.Contains(got, "No such file") || strings.Contains(got, "/workspace/new\n") {
+		t.Errorf("files made after the snapshot are back after the rollback: %q", got)
+	}
+	logs := sh(src, "wc -c < /var/snaplog; wc -c < /workspace/snaplog; wc -c < /tmp/snaplog; cat /var/snaplog /workspace/snaplog /tmp/snaplog | grep -cv '^[0-9]\\{8\\}$' || true")
+	checkSnapLogs(t, logs)
+	if src.ChannelStatus(res.ID) != "up" {
+		t.Errorf("channel after the rollback: %s", src.ChannelStatus(res.ID))
+	}
+
+	// Ten forks at once: each its own, each through the exec channel.
+	forks := make([]*sandbox.Sandbox, 10)
+	errs := make([]error, len(forks))
+	forkIDs := make([]string, len(forks))
+	var wg sync.WaitGroup
+	for i := range forks {
+		forks[i] = e.snapSandbox(m, fmt.Sprintf("fork-%s-%d", tag, i), spec)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var res sandbox.Result
+			res, errs[i] = forks[i].Fork(ctx, name)
+			forkIDs[i] = res.ID
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("fork %d: %v", i, err)
+		}
+	}
+	for i, f := range forks {
+		if got := sh(f, sumScript); got != want {
+			t.Errorf("fork %d:\n%s\nwant\n%s", i, got, want)
+		}
+		sh(f, fmt.Sprintf("echo %d > /workspace/mine; echo %d > /etc/mine; echo %d > /tmp/mine", i, i, i))
+	}
+	for i, f := range forks {
+		if got := sh(f, "cat /workspace/mine /etc/mine /tmp/mine"); got != fmt.Sprintf("%d\n%d\n%d", i, i, i) {
+			t.Errorf("fork %d sees %q", i, got)
+		}
+		if st := f.ChannelStatus(forkIDs[i]); st != "up" {
+			t.Errorf("fork %d: the exec channel is %s", i, st)
+		}
+	}
+	if got := sh(src, "cat /workspace/mine /etc/mine /tmp/mine 2>&1 || true"); strings.Count(got, "No such file") != 3 {
+		t.Errorf("the source sees a fork's files: %q", got)
+	}
+	if _, err := forks[0].Fork(ctx, name); !errors.Is(err, sandbox.ErrSandboxExists) {
+		t.Errorf("a fork into a task that has a sandbox: %v, want ErrSandboxExists", err)
+	}
+	// A fork of a fork.
+	name2 := e.base + "s2-" + tag
+	if _, err := forks[0].Snapshot(ctx, name2); err != nil {
+		t.Fatalf("snapshot of a fork: %v", err)
+	}
+	ff := e.snapSandbox(m, "ff-"+tag, spec)
+	if _, err := ff.Fork(ctx, name2); err != nil {
+		t.Fatalf("fork of a fork: %v", err)
+	}
+	if got := sh(ff, "cat /workspace/mine /etc/mine /tmp/mine; md5sum < /workspace/w.bin"); !strings.HasPrefix(got, "0\n0\n0\n") || !strings.Contains(want, strings.Fields(got)[3]) {
+		t.Errorf("a fork of a fork sees %q", got)
+	}
+	// The snapshot stays while forks stand on it.
+	if err := m.RemoveSnapshot(ctx, src.Key().Scope(), name); !errors.Is(err, sandbox.ErrSnapshotInUse) {
+		t.Errorf("removing a snapshot forks stand on: %v, want ErrSnapshotInUse", err)
+	}
+	if _, err := m.FindSnapshot(ctx, src.Key().Scope(), name); err != nil {
+		t.Errorf("the snapshot after a refused removal: %v", err)
+	}
+}
+
+// snapSandbox is a sandbox for task whose persistent directories the
+// sandbox's root can write (under rootless podman the test, root on the
+// host, makes them for the rootless user), closed when the test ends.
+func (e *env) snapSandbox(m *sandbox.Manager, task string, spec sandbox.Spec) *sandbox.Sandbox {
+	sb := m.Sandbox(e.key(task), spec)
+	e.t.Cleanup(func() { _ = sb.Close(context.Background()) })
+	if e.tg.Rootless && spec.Persistent {
+		base := keystate.Dir(e.tg.StateDir, sb.Key().Hash())
+		for _, d := range []string{filepath.Join(base, "workspace"), filepath.Join(base, "home")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				e.t.Fatal(err)
+			}
+			var uid, gid int
+			if _, err := fmt.Sscanf(os.Getenv("HSBX_IT_ROOTLESS_UID")+":"+os.Getenv("HSBX_IT_ROOTLESS_GID"), "%d:%d", &uid, &gid); err != nil {
+				e.t.Fatalf("HSBX_IT_ROOTLESS_UID/GID: %v", err)
+			}
+			if err := os.Chown(d, uid, gid); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+	return sb
+}
+
+// checkSnapLogs reads "layer ws tmp bad" byte counts of snapshotWriter's
+// three logs: whole records, one point in time.
+func checkSnapLogs(t *testing.T, out string) {
+	t.Helper()
+	var l, w, m, bad int
+	if _, err := fmt.Sscan(out, &l, &w, &m, &bad); err != nil {
+		t.Fatalf("the writer's logs: %q: %v", out, err)
+	}
+	if l%9 != 0 || w%9 != 0 || m%9 != 0 || bad != 0 {
+		t.Errorf("a record is torn: %d %d %d bytes, %d bad lines", l, w, m, bad)
+	}
+	l, w, m = l/9, w/9, m/9
+	if l == 0 || w > l || m > w || l-m > 1 {
+		t.Errorf("the logs are not one point in time: %d records in the layer, %d in /workspace, %d in /tmp", l, w, m)
+	}
+}
+
+func hasSnapshot(list []sandbox.SnapshotInfo, name string) bool {
+	for _, s := range list {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// removeSnapshots removes the test's snapshots (after its sandboxes: they
+// stand on them), children first.
+func removeSnapshots(e *env, m *sandbox.Manager) {
+	ctx := context.Background()
+	sc := sandbox.Scope{Profile: "hsbx-test"}
+	cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx.profile=hsbx-test"}})
+	var ids []string
+	for _, c := range cs {
+		if strings.HasPrefix(c.Labels["hsbx.task"], e.base) {
+			ids = append(ids, c.ID)
+		}
+	}
+	_ = e.rt.Remove(ctx, true, ids...)
+	for range 3 {
+		list, _ := m.Snapshots(ctx, sc)
+		for _, s := range slices.Backward(list) {
+			if strings.HasPrefix(s.Name, e.base) {
+				_ = m.RemoveSnapshot(ctx, sc, s.Name)
+			}
+		}
+	}
+}
+
+// Snapshots on the fakes: what the engine is asked, and every failure
+// half-way leaving no snapshot or sandbox behind — a commit refused, a
+// commit the engine finished after its client failed, the size bound, a
+// sandbox made from a snapshot that cannot be restored (a full disk) or
+// not made at all — a rollback refused while a command runs, and a
+// snapshot kept while a fork stands on it.
+func TestSnapshotFake(t *testing.T) {
+	each(t, func(t *testing.T, e *env) {
+		if !e.tg.Fake {
+			t.Skip("fault injection: the fakes'")
+		}
+		ctx := context.Background()
+		with := func(environ ...string) *sandbox.Manager {
+			rt := e.openWith(environ)
+			return e.managerWith(func(c *sandbox.Config) { c.Runtime = rt })
+		}
+		m := e.managerWith(func(*sandbox.Config) {})
+		sc := sandbox.Scope{Profile: "hsbx-test"}
+		src := m.Sandbox(e.key("src"), e.spec())
+		t.Cleanup(func() { removeSnapshots(e, m) })
+		if _, err := src.Ensure(ctx); err != nil {
+			t.Fatal(err)
+		}
+		none := func(what string) {
+			t.Helper()
+			list, err := m.Snapshots(ctx, sc)
+			for _, s := range list {
+				if strings.HasPrefix(s.Name, e.base) {
+					t.Errorf("%s: snapshot %s was left (%v)", what, s.Name, err)
+				}
+			}
+			ims, _ := e.rt.(runtime.Committer).Images(ctx, sandbox.LabelSnapshotScope)
+			for _, im := range ims {
+				if strings.HasPrefix(im.Labels[sandbox.LabelSnapshot], e.base) {
+					t.Errorf("%s: image %.19s (%s) was left", what, im.ID, im.Labels[sandbox.LabelSnapshot])
+				}
+			}
+		}
+		for _, bad := range []string{"", "-x", "a b", "a/b", "ü", "x:y", strings.Repeat("a", 129)} {
+			e.log.reset()
+			var se *sandbox.SpecError
+			if _, err := src.Snapshot(ctx, bad); !errors.As(err, &se) {
+				t.Errorf("snapshot name %q: %v, want a SpecError", bad, err)
+			}
+			if n := len(e.log.all()); n != 0 {
+				t.Errorf("snapshot name %q: %d engine calls, want none", bad, n)
+			}
+		}
+		name := e.base + "ok"
+		if _, err := with("FAKEENGINE_FAIL_COMMIT=1:Error response from daemon: no space left on device").Sandbox(e.key("src"), e.spec()).Snapshot(ctx, name); err == nil {
+			t.Error("a refused commit: no error")
+		}
+		none("a refused commit")
+		if _, err := with("FAKEENGINE_COMMIT_LEAVES=1").Sandbox(e.key("src"), e.spec()).Snapshot(ctx, name); err == nil {
+			t.Error("a commit that failed after the engine made the image: no error")
+		}
+		none("a commit whose image was made")
+		small := e.managerWith(func(c *sandbox.Config) { c.SnapshotMaxBytes = 100 })
+		if _, err := small.Sandbox(e.key("src"), e.spec()).Snapshot(ctx, name); !errors.Is(err, sandbox.ErrSnapshotTooLarge) {
+			t.Errorf("over the bound: %v, want ErrSnapshotTooLarge", err)
+		}
+		none("over the bound")
+
+		e.log.reset()
+		si, err := src.Snapshot(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if si.Name != name || si.Task != src.Key().Task || si.ID == "" || si.Profile != "hsbx-test" {
+			t.Errorf("snapshot %+v", si)
+		}
+		commits := 0
+		for _, c := range e.log.all() {
+			if strings.Contains(c, " commit ") {
+				commits++
+				if !strings.Contains(c, "--pause=true") || !strings.Contains(c, "LABEL hsbx.snapshot="+name) || !strings.Contains(c, `LABEL hsbx.key=\"\"`) {
+					t.Errorf("commit argv: %s", c)
+				}
+			}
+		}
+		if commits != 1 {
+			t.Errorf("%d commits, want 1: %v", commits, e.log.all())
+		}
+		// A fork that cannot be restored, and one that cannot be made.
+		for _, tc := range []struct{ env, task string }{{"FAKEENGINE_RESTORE_FAIL=no_space", "full"}, {"FAKEENGINE_FAIL_RUN=125:Error: boom", "norun"}} {
+			f := with(tc.env).Sandbox(e.key(tc.task), e.spec())
+			_, err := f.Fork(ctx, name)
+			if err == nil || tc.task == "full" && !errors.Is(err, sandbox.ErrNoSpace) {
+				t.Errorf("%s: %v", tc.env, err)
+			}
+			cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx.task=" + e.base + tc.task}})
+			if len(cs) != 0 {
+				t.Errorf("%s: a sandbox was left: %v", tc.env, cs)
+			}
+		}
+		fork := m.Sandbox(e.key("fork"), e.spec())
+		res, err := fork.Fork(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := e.rt.Inspect(ctx, res.ID)
+		if err != nil || cs[0].Labels["hsbx.task"] != e.base+"fork" || cs[0].Labels[sandbox.LabelSnapshot] != name || cs[0].Labels["hsbx.nonce"] == "" {
+			t.Errorf("the fork's labels: %v %v", cs, err)
+		}
+		if err := m.RemoveSnapshot(ctx, sc, name); !errors.Is(err, sandbox.ErrSnapshotInUse) {
+			t.Errorf("removing a snapshot a fork stands on: %v", err)
+		}
+		// A rollback while a command runs is refused, and keeps the sandbox.
+		started := make(chan struct{})
+		up := sync.OnceFunc(func() { close(started) })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = fork.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo up; sleep 3"}, Stdout: writerFunc(func([]byte) { up() })})
+		}()
+		<-started
+		if _, err := fork.Rollback(ctx, name); !errors.Is(err, sandbox.ErrBusy) {
+			t.Errorf("a rollback while a command runs: %v, want ErrBusy", err)
+		}
+		if cs, err := e.rt.Inspect(ctx, res.ID); err != nil || len(cs) != 1 {
+			t.Errorf("the sandbox after a refused rollback: %v %v", cs, err)
+		}
+		<-done
+		res2, err := fork.Rollback(ctx, name)
+		if err != nil || res2.ID == res.ID {
+			t.Errorf("rollback: %+v %v", res2, err)
+		}
+		if _, err := fork.Down(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.RemoveSnapshot(ctx, sc, name); err != nil {
+			t.Errorf("removing a snapshot nothing stands on: %v", err)
+		}
+		none("removed")
+	})
+}
+
+type writerFunc func([]byte)
+
+func (w writerFunc) Write(p []byte) (int, error) { w(p); return len(p), nil }
