@@ -266,3 +266,57 @@ func ExampleSandbox_Start() {
 	// "building\n" <nil>
 	// true
 }
+
+// A snapshot of a sandbox's files, a rollback to it, and forks from it.
+func ExampleSandbox_Snapshot() {
+	ctx := context.Background()
+	rt, _, err := detect.Open(ctx, detect.Options{})
+	if err != nil {
+		fmt.Println("no engine:", err)
+		return
+	}
+	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
+	defer os.RemoveAll(stateDir)
+	spec := sandbox.DefaultSpec()
+	spec.Image = "busybox"
+	m := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir})
+	sb := m.Sandbox(sandbox.Key{Profile: "example", Task: "attempt"}, spec)
+	if _, err := sb.Ensure(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	snap, err := sb.Snapshot(ctx, "before-refactor") // files, not processes
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(snap.Name, snap.Task)
+
+	// ... the attempt goes wrong: back to the snapshot, in place.
+	if _, err := sb.Rollback(ctx, "before-refactor"); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// Two more attempts from the same state, each its own sandbox.
+	forks := []*sandbox.Sandbox{sb}
+	for _, task := range []string{"attempt-2", "attempt-3"} {
+		fork := m.Sandbox(sandbox.Key{Profile: "example", Task: task}, spec)
+		res, err := fork.Fork(ctx, "before-refactor")
+		fmt.Println(task, res.Action, err)
+		forks = append(forks, fork)
+	}
+
+	err = m.RemoveSnapshot(ctx, sb.Key().Scope(), "before-refactor")
+	fmt.Println(errors.Is(err, sandbox.ErrSnapshotInUse)) // sandboxes stand on it
+	for _, f := range forks {
+		_, _ = f.Down(ctx)
+	}
+	fmt.Println(m.RemoveSnapshot(ctx, sb.Key().Scope(), "before-refactor"))
+	// Output:
+	// before-refactor attempt
+	// attempt-2 created <nil>
+	// attempt-3 created <nil>
+	// true
+	// <nil>
+}

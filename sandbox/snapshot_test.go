@@ -64,17 +64,59 @@ func TestSnapshot(t *testing.T) {
 		t.Cleanup(func() { removeSnapshots(e, m) })
 		for _, persistent := range []bool{true, false} {
 			t.Run("persistent="+strconv.FormatBool(persistent), func(t *testing.T) {
-				snapshotCase(t, e, m, persistent)
+				spec := e.spec()
+				spec.Persistent = persistent
+				snapshotCase(t, e, m, spec, map[bool]string{true: "p", false: "t"}[persistent])
 			})
 		}
+		t.Run("gvisor", func(t *testing.T) {
+			spec := e.gvisor()
+			spec.Network = false
+			snapshotCase(t, e, m, spec, "g")
+		})
+		t.Run("bounds", func(t *testing.T) { snapshotBounds(t, e, m) })
 	})
 }
 
-func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, persistent bool) {
+// snapshotBounds: a snapshot over snapshot_max_size keeps nothing and
+// leaves the sandbox running on; a fork whose memory-backed path is too
+// small for the snapshot's files (a full disk) is removed, and says so.
+func snapshotBounds(t *testing.T, e *env, m *sandbox.Manager) {
 	ctx := context.Background()
 	spec := e.spec()
-	spec.Persistent = persistent
-	tag := map[bool]string{true: "p", false: "t"}[persistent]
+	spec.Persistent = false
+	spec.ExtraArgs = []string{"--tmpfs", "/small:rw,size=4m"}
+	src := e.snapSandbox(m, "bound-src", spec)
+	if code, err := src.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "head -c 1048576 /dev/urandom > /small/f"}}); code != 0 || err != nil {
+		t.Fatal(code, err)
+	}
+	small := e.managerWith(func(c *sandbox.Config) { c.SnapshotMaxBytes = 100 << 10 })
+	name := e.base + "bound"
+	if _, err := small.Sandbox(src.Key(), spec).Snapshot(ctx, name); !errors.Is(err, sandbox.ErrSnapshotTooLarge) {
+		t.Fatalf("over the bound: %v, want ErrSnapshotTooLarge", err)
+	}
+	if _, err := m.FindSnapshot(ctx, src.Key().Scope(), name); !errors.Is(err, sandbox.ErrNoSnapshot) {
+		t.Errorf("over the bound, a snapshot was kept: %v", err)
+	}
+	if code, err := src.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "test ! -e /.hsbx-snapshot && test $(grep -c '^State:.*T' /proc/[0-9]*/status | grep -vc ':0$') = 0"}}); code != 0 || err != nil {
+		t.Errorf("after a refused snapshot the stage is left or processes are stopped: %d %v", code, err)
+	}
+	if _, err := src.Snapshot(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	tiny := spec
+	tiny.ExtraArgs = []string{"--tmpfs", "/small:rw,size=64k"}
+	f := e.snapSandbox(m, "bound-fork", tiny)
+	if _, err := f.Fork(ctx, name); !errors.Is(err, sandbox.ErrNoSpace) {
+		t.Errorf("a fork with no room for the snapshot's files: %v, want ErrNoSpace", err)
+	}
+	if cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx.task=" + f.Key().Task}}); len(cs) != 0 {
+		t.Errorf("a fork that could not be restored was left: %v", cs)
+	}
+}
+
+func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, tag string) {
+	ctx := context.Background()
 	src := e.snapSandbox(m, "snap-"+tag, spec)
 	sh := func(sb *sandbox.Sandbox, script string) string {
 		t.Helper()

@@ -87,8 +87,8 @@ func SnapshotHold(bound int64, paths []string, in io.Reader, out io.Writer) int 
 	return 0
 }
 
-// waitGoAhead returns on a line of input, its end, or after max.
-func waitGoAhead(in io.Reader, max time.Duration) {
+// waitGoAhead returns on a line of input, its end, or after bound.
+func waitGoAhead(in io.Reader, bound time.Duration) {
 	got := make(chan struct{})
 	go func() {
 		_, _ = bufio.NewReader(in).ReadString('\n')
@@ -96,7 +96,7 @@ func waitGoAhead(in io.Reader, max time.Duration) {
 	}()
 	select {
 	case <-got:
-	case <-time.After(max):
+	case <-time.After(bound):
 	}
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -43,7 +44,7 @@ func (c *StopCmd) Run(ctx context.Context, app *App) error {
 // DownCmd stops and removes a sandbox, whatever the mode.
 type DownCmd struct {
 	taskFlag
-	Purge bool `help:"Also remove the key's host directories (the persistent sandbox's /workspace and /root; down keeps them for the key's next sandbox). Refused while a sandbox of the key exists."`
+	Purge bool `help:"Also remove the key's host directories (the persistent sandbox's /workspace and /root; down keeps them for the key's next sandbox). Refused while a sandbox of the key exists. Snapshots taken of the task are the profile's and are kept (it names them; hsbx snapshot rm removes them)."`
 }
 
 // Run implements the command. No sandbox is not an error.
@@ -56,11 +57,12 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	var purged, kept []string
+	var purged, kept, snaps []string
 	if c.Purge {
 		if purged, err = sb.PurgeHostDirs(ctx); err != nil {
 			return err
 		}
+		snaps = taskSnapshots(ctx, app, sb.Key())
 	} else {
 		kept = sb.HostDirs()
 	}
@@ -71,6 +73,9 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 		}
 		out := map[string]any{"task": app.Cfg.Task.Value, "profile": app.profile(), "removed": ids,
 			"removed_dirs": nonNil(purged), "kept_dirs": nonNil(kept)}
+		if c.Purge {
+			out["kept_snapshots"] = nonNil(snaps)
+		}
 		if len(removed.Claims) > 0 {
 			out["removed_claims"] = removed.Claims
 		}
@@ -91,7 +96,33 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	if len(kept) > 0 {
 		fmt.Fprintf(app.Env.Stdout, "kept the key's files for its next sandbox: %s (down --purge removes them)\n", safe(strings.Join(kept, ", ")))
 	}
+	if len(snaps) > 0 {
+		fmt.Fprintf(app.Env.Stdout, "kept the snapshots taken of the task (they are the profile's): %s (hsbx snapshot rm removes them)\n", safe(strings.Join(snaps, ", ")))
+	}
 	return nil
+}
+
+// taskSnapshots names the profile's snapshots taken of k's task, which
+// down --purge keeps; none where the engine has no snapshots.
+func taskSnapshots(ctx context.Context, app *App, k sandbox.Key) []string {
+	cl, err := app.open(ctx)
+	if err != nil {
+		return nil
+	}
+	list, err := cl.Manager().Snapshots(ctx, k.Scope())
+	if err != nil {
+		if !errors.Is(err, sandbox.ErrSnapshotUnsupported) {
+			app.warn(fmt.Sprintf("could not list the task's snapshots: %v", err))
+		}
+		return nil
+	}
+	var names []string
+	for _, s := range list {
+		if s.Task == k.Task {
+			names = append(names, s.Name)
+		}
+	}
+	return names
 }
 
 // nonNil is s, or an empty list (JSON [] rather than null).

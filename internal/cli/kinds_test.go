@@ -30,6 +30,12 @@ func TestErrorKindsAndHints(t *testing.T) {
 		{&sandbox.OCIRuntimeError{Runtime: "runsc", Dialect: runtime.Docker, Err: runtime.ErrNoOCIRuntime}, "no_oci_runtime", ExitUsage},
 		{&sandbox.OCIRuntimeError{Runtime: "runsc", Dialect: runtime.Podman, Err: fmt.Errorf("%w: cannot run with network enabled in root network namespace", runtime.ErrEngine)}, "engine", ExitEngine},
 		{&sandbox.IsolationError{Name: "n", ID: "i", Want: "runsc", Task: "t"}, "isolation", ExitError},
+		{fmt.Errorf("%w: k", sandbox.ErrSnapshotUnsupported), "snapshot_unsupported", ExitUsage},
+		{fmt.Errorf("%w: n", sandbox.ErrNoSnapshot), "no_snapshot", ExitError},
+		{fmt.Errorf("%w: n", sandbox.ErrSnapshotExists), "snapshot_exists", ExitError},
+		{fmt.Errorf("%w: n", sandbox.ErrSnapshotTooLarge), "snapshot_too_large", ExitError},
+		{fmt.Errorf("%w: n", sandbox.ErrSnapshotInUse), "snapshot_in_use", ExitError},
+		{fmt.Errorf("%w: n", sandbox.ErrNoSpace), "no_space", ExitError},
 		{errors.New("something else"), "error", ExitError},
 	} {
 		kind, code := classify(context.Background(), tc.err)

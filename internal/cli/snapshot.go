@@ -180,7 +180,12 @@ func (c *SnapshotForkCmd) Run(ctx context.Context, app *App) error {
 	}
 	wg.Wait()
 	var failed []error
-	out := []map[string]any{}
+	type forked struct {
+		Task string `json:"task"`
+		Name string `json:"name"`
+		ID   string `json:"id"`
+	}
+	out := []forked{}
 	for i, task := range tasks {
 		if errs[i] != nil {
 			failed = append(failed, fmt.Errorf("task %s: %w", task, errs[i]))
@@ -188,7 +193,7 @@ func (c *SnapshotForkCmd) Run(ctx context.Context, app *App) error {
 		}
 		r := results[i]
 		if app.G.JSON {
-			out = append(out, map[string]any{"task": task, "id": r.ID, "name": r.Name})
+			out = append(out, forked{task, r.Name, r.ID})
 		} else {
 			fmt.Fprintf(app.Env.Stdout, "%s\t%s\t%.12s\n", safe(task), safe(r.Name), r.ID)
 		}
