@@ -251,7 +251,7 @@ func (c *Client) ReapOptions() reaper.Options {
 	r := c.o.Config.Reaper
 	return reaper.Options{
 		Profile: c.o.Config.Profile.Value, Shared: c.o.Config.Sandbox.SharedContainerKey.Value,
-		MaxAge: reaper.MaxAge(r.Lifetime.Value), Idle: r.IdleAfter.Value, Now: time.Now(),
+		MaxAge: reaper.MaxAge(r.Lifetime.Value), Idle: r.IdleAfter.Value, SnapshotMaxAge: r.SnapshotMaxAge.Value, Now: time.Now(),
 	}
 }
 

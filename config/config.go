@@ -126,6 +126,9 @@ type ReaperSettings struct {
 	OrphanReaper Setting[bool]
 	Lifetime     Setting[time.Duration]
 	IdleAfter    Setting[time.Duration]
+	// SnapshotMaxAge: the sweep removes snapshots older than this
+	// (reaper.snapshot_max_age; env HSBX_SNAPSHOT_MAX_AGE; 0 = never).
+	SnapshotMaxAge Setting[time.Duration]
 }
 
 // DefaultCopyMaxSize bounds a copy out of a sandbox (copy_max_size).
@@ -190,7 +193,7 @@ func Defaults() Settings {
 		},
 		Reaper: ReaperSettings{
 			OrphanReaper: Setting[bool]{true, "default"}, Lifetime: Setting[time.Duration]{300 * time.Second, "default"},
-			IdleAfter: Setting[time.Duration]{0, "default"},
+			IdleAfter: Setting[time.Duration]{0, "default"}, SnapshotMaxAge: Setting[time.Duration]{0, "default"},
 		},
 		Kubernetes: KubernetesSettings{Context: Setting[string]{"", "default"}, Namespace: Setting[string]{"", "default"},
 			StorageClass: Setting[string]{"", "default"}, StorageSize: Setting[string]{d.StorageSize, "default"}},
@@ -256,6 +259,7 @@ func (s *Settings) fields() []field {
 		{key: "reaper.orphan_reaper", env: []string{"TERMINAL_DOCKER_ORPHAN_REAPER"}, ptr: &r.OrphanReaper},
 		{key: "reaper.lifetime", env: []string{"TERMINAL_LIFETIME_SECONDS"}, ptr: &r.Lifetime},
 		{key: "reaper.idle_after", flag: "--idle", ptr: &r.IdleAfter},
+		{key: "reaper.snapshot_max_age", env: []string{"HSBX_SNAPSHOT_MAX_AGE"}, ptr: &r.SnapshotMaxAge},
 		{key: "kubernetes.context", env: []string{"HSBX_KUBE_CONTEXT"}, flag: "--kube-context", ptr: &k.Context},
 		{key: "kubernetes.namespace", env: []string{"HSBX_KUBE_NAMESPACE"}, flag: "--kube-namespace", ptr: &k.Namespace},
 		{key: "kubernetes.storage_class", env: []string{"HSBX_KUBE_STORAGE_CLASS"}, ptr: &k.StorageClass},

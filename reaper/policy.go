@@ -36,7 +36,11 @@ type Options struct {
 	// Idle, when positive: running sandboxes unused through hsbx for this
 	// long, with no live hsbx process using them, go too.
 	Idle time.Duration
-	Now  time.Time
+	// SnapshotMaxAge, when positive: snapshots older than this go too,
+	// unless sandboxes or other snapshots stand on them (the engine
+	// refuses; they are kept). 0: the sweep never removes snapshots.
+	SnapshotMaxAge time.Duration
+	Now            time.Time
 }
 
 // Usage is what this host knows about a running sandbox's use.

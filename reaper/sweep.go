@@ -51,6 +51,19 @@ type Report struct {
 	Removed []Removed `json:"removed"`
 	Kept    []Kept    `json:"kept"`
 	Errors  []Failure `json:"errors"`
+	// Snapshots are the snapshots past Options.SnapshotMaxAge: removed,
+	// or kept and why (absent when the sweep does not judge snapshots).
+	Snapshots []SnapshotVerdict `json:"snapshots,omitempty"`
+}
+
+// SnapshotVerdict is one snapshot past its age.
+type SnapshotVerdict struct {
+	Name       string `json:"name"`
+	Profile    string `json:"profile"`
+	Task       string `json:"task"`
+	AgeSeconds int64  `json:"age_seconds"`
+	Removed    bool   `json:"removed"`
+	Reason     string `json:"reason"`
 }
 
 func (s *Sweeper) log() *slog.Logger {
@@ -70,6 +83,11 @@ func (s *Sweeper) Sweep(ctx context.Context, o Options, dry bool) (Report, error
 	rep := Report{Removed: []Removed{}, Kept: []Kept{}, Errors: []Failure{}}
 	if o.Now.IsZero() {
 		o.Now = time.Now()
+	}
+	if o.SnapshotMaxAge > 0 {
+		if err := s.sweepSnapshots(ctx, o, &rep, dry); err != nil {
+			rep.Errors = append(rep.Errors, Failure{ID: "snapshots", Error: err.Error()}) // the sandboxes' sweep goes on
+		}
 	}
 	doomed, err := s.judge(ctx, o, &rep)
 	if err != nil || len(doomed) == 0 {
@@ -393,8 +411,69 @@ func (r Report) Summary(dry bool) string {
 		verb = "would reap"
 	}
 	parts := []string{fmt.Sprintf("%s %d sandbox(es)", verb, len(r.Removed)), fmt.Sprintf("kept %d", len(r.Kept))}
+	if len(r.Snapshots) > 0 {
+		n := 0
+		for _, v := range r.Snapshots {
+			if v.Removed {
+				n++
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s %d snapshot(s) of %d past snapshot_max_age", verb, n, len(r.Snapshots)))
+	}
 	if len(r.Errors) > 0 {
 		parts = append(parts, fmt.Sprintf("%d error(s)", len(r.Errors)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// sweepSnapshots removes the scope's snapshots (every profile's with
+// AllProfiles) created before o.SnapshotMaxAge ago. Removal is never
+// forced: one a sandbox or another snapshot stands on is kept, and said.
+func (s *Sweeper) sweepSnapshots(ctx context.Context, o Options, rep *Report, dry bool) error {
+	cm, ok := s.RT.(runtime.Committer)
+	if !ok {
+		return nil // no snapshots on this engine
+	}
+	m := sandbox.New(sandbox.Config{Runtime: s.RT, Logger: s.Log, StateDir: s.StateDir, Warn: func(string) {}})
+	var scopes []sandbox.Scope
+	if o.AllProfiles {
+		imgs, err := cm.Images(ctx, sandbox.LabelSnapshotScope)
+		if err != nil {
+			return fmt.Errorf("listing snapshots: %w", err)
+		}
+		seen := map[sandbox.Scope]bool{}
+		for _, img := range imgs {
+			if sc, ok := sandbox.SnapshotScope(img); ok && !seen[sc] {
+				seen[sc] = true
+				scopes = append(scopes, sc)
+			}
+		}
+	} else {
+		scopes = []sandbox.Scope{{Profile: o.Profile, Shared: o.Shared}}
+	}
+	for _, sc := range scopes {
+		list, err := m.Snapshots(ctx, sc)
+		if err != nil {
+			return err
+		}
+		for _, si := range list {
+			age := o.Now.Sub(si.Created)
+			if si.Created.IsZero() || age < o.SnapshotMaxAge {
+				continue
+			}
+			v := SnapshotVerdict{Name: si.Name, Profile: si.Profile, Task: si.Task, AgeSeconds: int64(age / time.Second),
+				Reason: fmt.Sprintf("snapshot older than %s", o.SnapshotMaxAge)}
+			if !dry {
+				if err := m.RemoveSnapshot(ctx, sc, si.Name); err != nil {
+					v.Reason = err.Error()
+					rep.Snapshots = append(rep.Snapshots, v)
+					continue
+				}
+				s.log().Info("reaped snapshot", "name", si.Name, "profile", si.Profile, "age", age)
+			}
+			v.Removed = true
+			rep.Snapshots = append(rep.Snapshots, v)
+		}
+	}
+	return nil
 }

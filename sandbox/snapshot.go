@@ -156,6 +156,21 @@ func snapshotOf(img runtime.Image, sc Scope) (SnapshotInfo, bool) {
 	return si, true
 }
 
+// SnapshotScope is the scope a snapshot's image belongs to, read from its
+// labels; ok is false for an image that is not a snapshot.
+func SnapshotScope(img runtime.Image) (Scope, bool) {
+	p, err := url.QueryUnescape(img.Labels[LabelSnapshotProfile])
+	if err != nil || img.Labels[LabelSnapshot] == "" {
+		return Scope{}, false
+	}
+	sc := Scope{Profile: p}
+	if sh, ok := strings.CutPrefix(p, "shared:"); ok {
+		sc = Scope{Shared: sh}
+	}
+	_, ok := snapshotOf(img, sc)
+	return sc, ok
+}
+
 // Snapshots lists scope sc's snapshots, oldest first.
 func (m *Manager) Snapshots(ctx context.Context, sc Scope) ([]SnapshotInfo, error) {
 	cm, err := m.committer()
@@ -267,6 +282,14 @@ func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 	} else if !errors.Is(err, ErrNoSnapshot) {
 		return SnapshotInfo{}, err
 	}
+	ref := snapshotRef(sc, name)
+	if img, err := s.rt().InspectImage(ctx, ref); err == nil {
+		// Not found by its labels, yet the name is taken: an image of
+		// someone else's, which a commit would take the name from.
+		return SnapshotInfo{}, fmt.Errorf("%w: image %s (%.19s) is not a snapshot of profile %q; remove or rename it", ErrForeignName, ref, img.ID, scopeName(sc))
+	} else if !errors.Is(err, runtime.ErrImageNotFound) {
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", name, err)
+	}
 	c, err := s.copyTarget(ctx, false)
 	if err != nil {
 		return SnapshotInfo{}, err
@@ -296,7 +319,7 @@ func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 	}
 	defer h.release()
 	nonce := randomHex(8)
-	spec := runtime.CommitSpec{ID: cur.ID, Ref: snapshotRef(sc, name), Labels: map[string]string{}}
+	spec := runtime.CommitSpec{ID: cur.ID, Ref: ref, Labels: map[string]string{}}
 	if host, err := s.m.hostFacts(ctx); err == nil && host.Rootless && host.CgroupV1 {
 		// Such an engine cannot pause a container; the agent's hold has
 		// stopped its processes, and keeps stopping any that start.

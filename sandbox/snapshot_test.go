@@ -392,6 +392,23 @@ func TestSnapshotFake(t *testing.T) {
 		if commits != 1 {
 			t.Errorf("%d commits, want 1: %v", commits, e.log.all())
 		}
+		// A name another image holds (not a snapshot: no labels) is not taken from it.
+		squat := e.base + "squat"
+		cm := e.rt.(runtime.Committer)
+		srcRes, err := src.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		foreign, err := cm.Commit(ctx, runtime.CommitSpec{ID: srcRes.ID, Ref: strings.Replace(si.Ref, ":"+name, ":"+squat, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.Snapshot(ctx, squat); !errors.Is(err, sandbox.ErrForeignName) {
+			t.Errorf("a name another image holds: %v, want ErrForeignName", err)
+		}
+		if err := cm.RemoveImages(ctx, foreign); err != nil {
+			t.Errorf("the squatting image was not left as it was: %v", err)
+		}
 		// A fork that cannot be restored, and one that cannot be made.
 		for _, tc := range []struct{ env, task string }{{"FAKEENGINE_RESTORE_FAIL=no_space", "full"}, {"FAKEENGINE_FAIL_RUN=125:Error: boom", "norun"}} {
 			f := with(tc.env).Sandbox(e.key(tc.task), e.spec())

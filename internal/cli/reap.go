@@ -56,6 +56,13 @@ func (c *ReapCmd) Run(ctx context.Context, app *App) error {
 		for _, r := range rep.Removed {
 			fmt.Fprintf(app.Env.Stdout, "%s %.12s %s task=%s profile=%s: %s, %s old\n", verb, safe(r.ID), safe(r.Name), safe(r.Task), safe(r.Profile), safe(r.Reason), time.Duration(r.AgeSeconds)*time.Second)
 		}
+		for _, v := range rep.Snapshots {
+			if v.Removed {
+				fmt.Fprintf(app.Env.Stdout, "%s snapshot %s task=%s profile=%s: %s, %s old\n", verb, safe(v.Name), safe(v.Task), safe(v.Profile), safe(v.Reason), time.Duration(v.AgeSeconds)*time.Second)
+			} else {
+				fmt.Fprintf(app.Env.Stdout, "kept snapshot %s task=%s profile=%s: %s\n", safe(v.Name), safe(v.Task), safe(v.Profile), safe(v.Reason))
+			}
+		}
 		for _, e := range rep.Errors {
 			app.notice(fmt.Sprintf("could not reap %.12s: %s", safe(e.ID), safe(e.Error)))
 		}
