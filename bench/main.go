@@ -36,6 +36,7 @@ var (
 	only    = flag.String("engines", "docker,podman", "engines to measure")
 	// memCommands is how many commands the exec channel's memory check runs.
 	memCommands = flag.Int("mem-commands", 10000, "commands for the exec channel's memory check")
+	snapOnly    = flag.Bool("snapshots-only", false, "measure only the snapshot rows (a quick check; the report has nothing else)")
 	kube        = flag.Bool("kube", false, "also measure the kubectl runtime on the cluster scripts/kube.sh set up (KUBECONFIG, HSBX_IT_KUBECTL)")
 )
 
@@ -141,6 +142,11 @@ func main() {
 		id := strings.TrimSpace(string(must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Stdout))
 		e.rawExec = e.name + " exec ID true"
 		raw := func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", id, "true").Elapsed }
+		if *snapOnly {
+			writeRows(&b, snapshotRows(ctx, e))
+			cleanup(ctx, e)
+			continue
+		}
 		lib, libTimes := libraryExec(ctx, e, func(id string) []string { return []string{e.bin, "exec", "-i", id, "sh"} })
 		rows := warmExecRows(ctx, e, raw, libTimes)
 		rows = append(rows, lib)
@@ -157,11 +163,8 @@ func main() {
 		rows = append(rows, gvisorRows(ctx, e)...)
 		rows = append(rows, egressRows(ctx, e)...)
 		rows = append(rows, brokerRow(ctx, e)...)
-		b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
-		for _, r := range rows {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)
-		}
-		b.WriteString("\n")
+		rows = append(rows, snapshotRows(ctx, e)...)
+		writeRows(&b, rows)
 		mem, viaHolder := channelMemory(ctx, e, id)
 		b.WriteString(channelGaps(e, versionStart(ctx, e), viaHolder, libTimes))
 		b.WriteString(mem)
@@ -178,6 +181,15 @@ func main() {
 		fail("%v", err)
 	}
 	fmt.Print(b.String())
+}
+
+// writeRows writes a comparison table.
+func writeRows(b *strings.Builder, rows []row) {
+	b.WriteString("| measurement | hsbx | baseline | ratio | target | |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", r.what, r.hsbx, r.base, r.ratio, r.target, r.verdict)
+	}
+	b.WriteString("\n")
 }
 
 func kernel() string {

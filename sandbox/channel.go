@@ -297,7 +297,7 @@ func (s *Sandbox) channelRunner(ctx context.Context, target string) (run runFunc
 		_ = cs.conn.Close()
 		cs.conn = nil
 	}
-	conn, err := channel.Open(ctx, channel.Agent{Runtime: s.rt(), ID: target, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log})
+	conn, err := channel.Open(ctx, s.agent(ctx, target, s.execUser()))
 	if err != nil {
 		var ue *channel.UnavailableError
 		if errors.As(err, &ue) {

@@ -117,7 +117,7 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 		_ = cs.relay.Close()
 		cs.relay = nil
 	}
-	conn, err := channel.Open(ctx, channel.Agent{Runtime: s.rt(), ID: id, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log})
+	conn, err := channel.Open(ctx, s.agent(ctx, id, s.execUser()))
 	if err != nil {
 		// Said once for this handle: every command would try again.
 		cs.relayFailed = id
@@ -211,7 +211,7 @@ func (s *Sandbox) proveOffline(ctx context.Context, id, name string) error {
 	targets, err := pn.ReachTargets(ctx, id)
 	var open []string
 	if err == nil {
-		open, err = channel.Unreachable(ctx, channel.Agent{Runtime: s.rt(), ID: id, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log}, offlineWait, targets)
+		open, err = channel.Unreachable(ctx, s.agent(ctx, id, s.execUser()), offlineWait, targets)
 	}
 	if err == nil && len(open) == 0 {
 		s.m.log.Debug("network policy enforced", "id", id, "unreachable", targets)

@@ -227,6 +227,11 @@ func pick(cs []runtime.Container) (runtime.Container, bool) {
 // false when c is busy with another process or could not be brought up
 // and is out of the way now: the caller looks again.
 func (s *Sandbox) activate(ctx context.Context, c runtime.Container, patient bool) (Result, bool, error) {
+	if s.fromImage != "" {
+		// A fork or rollback makes the key's sandbox anew, and never
+		// takes one it finds: made meanwhile, or there all along.
+		return Result{}, true, fmt.Errorf("%w: task %q has sandbox %s (%.12s) already; fork into a new task, or roll it back (hsbx snapshot rollback)", ErrSandboxExists, s.key.Task, c.Name, c.ID)
+	}
 	young := !c.Created.IsZero() && time.Since(c.Created) < youngCreate
 	if c.State == runtime.StateCreated && young && patient && !creatorGone(c.Labels[LabelCreator]) {
 		// Another process's `run` is between create and start (or

@@ -580,7 +580,7 @@ func (s *Sandbox) killMarked(ctx context.Context, target, token string) (int, er
 	if !s.m.c.Channel {
 		return 0, fmt.Errorf("%s; with exec_channel on, hsbx's agent would stop it without a shell", why)
 	}
-	n, aerr := channel.KillMarked(ctx, channel.Agent{Runtime: s.rt(), ID: target, User: spec.User, Binary: s.m.c.Agent, Log: s.m.log}, ExecIDVar+"="+token)
+	n, aerr := channel.KillMarked(ctx, s.agent(ctx, target, spec.User), ExecIDVar+"="+token)
 	if aerr != nil {
 		return 0, fmt.Errorf("%s; hsbx's agent could not stop it either: %w", why, aerr)
 	}

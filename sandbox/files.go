@@ -374,7 +374,7 @@ func (s *Sandbox) agentRun(ctx context.Context, q agentReq, st *execStats) (int,
 		if q.steer != "" && !s.rt().Capabilities().ExecEnvInBand {
 			return -1, errb, s.steerError(q.steer, "the channel is "+s.ChannelStatus(target))
 		}
-		a := channel.Agent{Runtime: s.rt(), ID: target, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log}
+		a := s.agent(ctx, target, s.execUser())
 		if user != "" {
 			a.User = user
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hsbx/hsbx/internal/channel"
 	"io"
 	"path/filepath"
 	"strings"
@@ -55,6 +56,50 @@ func (m *Manager) hostFacts(ctx context.Context) (engineHost, error) {
 		m.saveHost(h)
 	}
 	return h, nil
+}
+
+// platform is the engine's "os/arch" (which agent its sandboxes run),
+// asked of the engine once (one `version` call) and kept in the cache
+// file beside the host facts; "" when it cannot be had (the agent's run
+// then asks itself, and says what failed).
+func (m *Manager) platform(ctx context.Context) string {
+	m.hostMu.Lock()
+	p := m.plat
+	m.hostMu.Unlock()
+	if p != "" {
+		return p
+	}
+	key := m.hostCacheKey() + " platform"
+	if m.c.CacheDir != "" {
+		if c, ok := cachefile.Get[cachedPlatform](m.hostCacheFile(), key); ok && time.Since(c.At) < hostFactsTTL && time.Since(c.At) >= 0 && c.Platform != "" {
+			p = c.Platform
+		}
+	}
+	if p == "" {
+		var err error
+		if p, err = channel.Platform(ctx, m.c.Runtime); err != nil {
+			return ""
+		}
+		if m.c.CacheDir != "" {
+			cachefile.Put(m.hostCacheFile(), key, cachedPlatform{Platform: p, At: time.Now()})
+		}
+	}
+	m.hostMu.Lock()
+	m.plat = p
+	m.hostMu.Unlock()
+	return p
+}
+
+// cachedPlatform is platform's entry in the cache file.
+type cachedPlatform struct {
+	Platform string
+	At       time.Time
+}
+
+// agent is hsbx's agent in sandbox id, run as user, with the engine's
+// platform known.
+func (s *Sandbox) agent(ctx context.Context, id, user string) channel.Agent {
+	return channel.Agent{Runtime: s.rt(), ID: id, User: user, Binary: s.m.c.Agent, Log: s.m.log, Platform: s.m.platform(ctx)}
 }
 
 // saveHost records the facts in the cache file (best effort).

@@ -168,6 +168,7 @@ type Manager struct {
 	log    *slog.Logger
 	hostMu sync.Mutex
 	host   *engineHost
+	plat   string // the engine's platform, once known (platform)
 
 	endpoint func() string // a digest of the runtime's Endpoint, once
 

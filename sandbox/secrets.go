@@ -190,7 +190,7 @@ func (s *Sandbox) installTrust(ctx context.Context, id string, ca *egress.CA) er
 	if s.rt().Dialect() == runtime.Kubectl {
 		user = "" // a Pod's exec runs as the Pod's user
 	}
-	err := channel.InstallTrust(ctx, channel.Agent{Runtime: s.rt(), ID: id, User: user, Binary: s.m.c.Agent, Log: s.m.log}, trustDir, ca.CertPEM())
+	err := channel.InstallTrust(ctx, s.agent(ctx, id, user), trustDir, ca.CertPEM())
 	if err == nil {
 		return nil
 	}

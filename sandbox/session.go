@@ -265,7 +265,7 @@ func (s *Sandbox) sessionOp(ctx context.Context, r *sessionReq, user string, std
 // than through a channel that is up. retry: the sandbox was not running
 // (ensure it and try once more).
 func (s *Sandbox) sessionOneShot(ctx context.Context, target string, c Command, env map[string]string) (code int, err error, retry bool) {
-	conn, err := channel.Open(ctx, channel.Agent{Runtime: s.rt(), ID: target, User: s.execUser(), Binary: s.m.c.Agent, Log: s.m.log})
+	conn, err := channel.Open(ctx, s.agent(ctx, target, s.execUser()))
 	if err != nil {
 		if cur, ierr := s.inspectOwn(ctx, target); ierr == nil && (cur == nil || cur.State != runtime.StateRunning) {
 			return -1, err, true

@@ -413,7 +413,7 @@ func (s *Sandbox) hold(ctx context.Context, id string, bound int64) (*holdRun, e
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	h := &holdRun{in: inW, done: make(chan struct{}), stderr: &proc.TailBuffer{Max: 4 << 10}, outPipe: outR}
-	a := channel.Agent{Runtime: s.rt(), ID: id, User: "0", Binary: s.m.c.Agent, Log: s.m.log}
+	a := s.agent(ctx, id, "0")
 	args := append([]string{"snapshot-hold", strconv.FormatInt(bound, 10)}, s.snapshotPaths()...)
 	release := s.markInUse()
 	go func() {
@@ -496,15 +496,12 @@ func (s *Sandbox) Fork(ctx context.Context, name string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if !s.ephemeral {
-		c, found, err := s.probe(ctx)
-		if err != nil {
-			return Result{}, err
-		}
-		if found {
-			return Result{}, fmt.Errorf("%w: task %q has sandbox %s (%.12s) already; fork into a new task, or roll it back (hsbx snapshot rollback)", ErrSandboxExists, s.key.Task, c.Name, c.ID)
-		}
-	}
+	return s.ForkFrom(ctx, si)
+}
+
+// ForkFrom is Fork from a snapshot already found (FindSnapshot): many
+// forks of one snapshot look it up once.
+func (s *Sandbox) ForkFrom(ctx context.Context, si SnapshotInfo) (Result, error) {
 	if err := s.hostDirsEmpty(); err != nil {
 		return Result{}, err
 	}
@@ -570,7 +567,7 @@ func (s *Sandbox) createFrom(ctx context.Context, si SnapshotInfo) (Result, erro
 	}
 	var out strings.Builder
 	errb := &proc.TailBuffer{Max: 4 << 10}
-	a := channel.Agent{Runtime: s.rt(), ID: res.ID, User: "0", Binary: s.m.c.Agent, Log: s.m.log}
+	a := s.agent(ctx, res.ID, "0")
 	code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: []string{"snapshot-restore"}, Stdout: &out, Stderr: errb})
 	var rep wire.SnapshotReport
 	if err == nil {

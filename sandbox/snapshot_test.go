@@ -75,6 +75,7 @@ func TestSnapshot(t *testing.T) {
 			snapshotCase(t, e, m, spec, "g")
 		})
 		t.Run("bounds", func(t *testing.T) { snapshotBounds(t, e, m) })
+		t.Run("hermes", func(t *testing.T) { snapshotHermes(t, e, m) })
 	})
 }
 
@@ -466,3 +467,43 @@ func TestSnapshotFake(t *testing.T) {
 type writerFunc func([]byte)
 
 func (w writerFunc) Write(p []byte) (int, error) { w(p); return len(p), nil }
+
+// A sandbox the Hermes backend made (its labels, no mounts, no hsbx
+// labels) is snapshotted as hsbx's own are, and a fork of it is hsbx's,
+// labelled as its own key's, with none of Hermes's container's labels.
+func snapshotHermes(t *testing.T, e *env, m *sandbox.Manager) {
+	ctx := context.Background()
+	key := e.key("hermes-snap")
+	hid := runHermesShaped(t, e, "hsbx-test", key.Task)
+	spec := e.spec()
+	spec.Network = false
+	sb := m.Sandbox(key, spec)
+	t.Cleanup(func() { _ = sb.Close(ctx) })
+	if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo hermes > /root/h.txt && echo tmp > /tmp/t.txt"}}); code != 0 || err != nil {
+		t.Fatal(code, err)
+	}
+	name := e.base + "hermes"
+	if _, err := sb.Snapshot(ctx, name); err != nil {
+		t.Fatalf("snapshot of a Hermes-made sandbox: %v", err)
+	}
+	f := e.snapSandbox(m, "hermes-fork", spec)
+	res, err := f.Fork(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code, err := f.Exec(ctx, sandbox.Command{Argv: []string{"cat", "/root/h.txt", "/tmp/t.txt"}, Stdout: &out}); code != 0 || err != nil || out.String() != "hermes\ntmp\n" {
+		t.Errorf("the fork of a Hermes-made sandbox: %q %d %v", out.String(), code, err)
+	}
+	cs, err := e.rt.Inspect(ctx, res.ID, hid)
+	if err != nil || len(cs) != 2 {
+		t.Fatal(cs, err)
+	}
+	fork := cs[0]
+	if fork.ID != res.ID {
+		fork = cs[1]
+	}
+	if fork.Labels["hermes-task-id"] != sandbox.SanitizeLabel(f.Key().Task) || fork.Labels["hsbx.task"] != f.Key().Task || fork.Labels["hsbx.key"] != f.Key().Hash() {
+		t.Errorf("the fork's labels are not its own key's: %v", fork.Labels)
+	}
+}

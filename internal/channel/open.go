@@ -42,6 +42,9 @@ type Agent struct {
 	// Linux build of hsbx or of cmd/hsbx-agent.
 	Binary string
 	Log    *slog.Logger
+	// Platform is the engine's "os/arch" when the caller knows it (a
+	// cached fact); "" asks the engine (Platform: one `version` call).
+	Platform string
 }
 
 // pathPrefix names the agent in a sandbox; the rest is a digest of the
@@ -93,9 +96,11 @@ func Platform(ctx context.Context, rt runtime.Runtime) (string, error) {
 // only when it has to be installed, so a holder whose sandbox has it
 // already never holds its megabytes.
 func agentBin(ctx context.Context, a Agent) (digest string, bytesOf func() ([]byte, error), err error) {
-	platform, err := Platform(ctx, a.Runtime)
-	if err != nil {
-		return "", nil, fmt.Errorf("asking the engine for its platform: %w", err)
+	platform := a.Platform
+	if platform == "" {
+		if platform, err = Platform(ctx, a.Runtime); err != nil {
+			return "", nil, fmt.Errorf("asking the engine for its platform: %w", err)
+		}
 	}
 	if a.Binary == "" {
 		d, err := agentbin.Digest(platform)

@@ -164,7 +164,8 @@ func (c *SnapshotForkCmd) Run(ctx context.Context, app *App) error {
 	}
 	app.Env.awaitReady()
 	// The snapshot once, before anything is made.
-	if _, err := cl.Manager().FindSnapshot(ctx, app.Cfg.Scope(), c.Name); err != nil {
+	si, err := cl.Manager().FindSnapshot(ctx, app.Cfg.Scope(), c.Name)
+	if err != nil {
 		return err
 	}
 	results := make([]sandbox.Result, len(tasks))
@@ -175,7 +176,7 @@ func (c *SnapshotForkCmd) Run(ctx context.Context, app *App) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = sb.Fork(ctx, c.Name)
+			results[i], errs[i] = sb.ForkFrom(ctx, si)
 		}()
 	}
 	wg.Wait()
