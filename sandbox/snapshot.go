@@ -519,8 +519,18 @@ func (s *Sandbox) Rollback(ctx context.Context, name string) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	cs, err := s.keyOwned(ctx)
-	if err != nil {
+	var cs []runtime.Container
+	if s.ephemeral {
+		// A per-process sandbox: this handle's own, never another
+		// process's of the same key.
+		if id := s.warmTarget(); id != "" {
+			if cur, err := s.inspectOwn(ctx, id); err != nil {
+				return Result{}, err
+			} else if cur != nil {
+				cs = append(cs, *cur)
+			}
+		}
+	} else if cs, err = s.keyOwned(ctx); err != nil {
 		return Result{}, err
 	}
 	for _, c := range cs {
