@@ -163,12 +163,13 @@ func SnapshotScope(img runtime.Image) (Scope, bool) {
 	if err != nil || img.Labels[LabelSnapshot] == "" {
 		return Scope{}, false
 	}
-	sc := Scope{Profile: p}
 	if sh, ok := strings.CutPrefix(p, "shared:"); ok {
-		sc = Scope{Shared: sh}
+		if _, ok := snapshotOf(img, Scope{Shared: sh}); ok {
+			return Scope{Shared: sh}, true
+		}
 	}
-	_, ok := snapshotOf(img, sc)
-	return sc, ok
+	_, ok := snapshotOf(img, Scope{Profile: p}) // a profile named "shared:..." too
+	return Scope{Profile: p}, ok
 }
 
 // Snapshots lists scope sc's snapshots, oldest first.
@@ -326,7 +327,7 @@ func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 		spec.NoPause = true
 	}
 	for k, v := range cur.Labels { // the sandbox's own labels are not the image's: a fork is labelled anew
-		if bv, ok := base.Labels[k]; !ok || bv != v {
+		if bv, ok := base.Labels[k]; (!ok || bv != v) && plainLabelKey(k) {
 			spec.Labels[k] = ""
 		}
 	}
@@ -336,12 +337,7 @@ func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 		}
 	}
 	created := time.Now().UTC().Truncate(time.Second)
-	own := map[string]string{
-		LabelSnapshot: name, LabelSnapshotScope: scopeDigest(sc), LabelSnapshotProfile: url.QueryEscape(scopeName(sc)),
-		LabelSnapshotTask: url.QueryEscape(s.key.Task), LabelSnapshotCreated: created.Format(time.RFC3339),
-		LabelSnapshotSource: url.QueryEscape(cur.Image), LabelSnapshotPaths: strings.Join(h.rep.Paths, ","), LabelSnapshotNonce: nonce,
-	}
-	for k, v := range own {
+	for k, v := range snapshotLabels(sc, name, s.key.Task, cur.Image, nonce, h.rep.Paths, created) {
 		spec.Labels[k] = v
 	}
 	id, err := cm.Commit(ctx, spec)
@@ -386,6 +382,24 @@ func (s *Sandbox) dropSnapshot(ctx context.Context, nonce string) {
 	}
 	if err := cm.RemoveImages(ctx, ids...); err != nil {
 		s.m.c.Warn(fmt.Sprintf("a failed snapshot left image(s) %s and they could not be removed: %v", strings.Join(ids, " "), err))
+	}
+}
+
+// plainLabelKey says whether a label key can be written in a commit's
+// change (no quotes, backslashes, white space or '='): hsbx's and
+// Hermes's all can; one a user's extra_args gave that cannot keeps its
+// value in the image (a label, never a variable's value).
+func plainLabelKey(k string) bool {
+	return k != "" && !strings.ContainsAny(k, "\"'\\ \t\n\r=")
+}
+
+// snapshotLabels are the labels a snapshot's image carries (values free
+// of what the engines' change parser reads apart: escaped).
+func snapshotLabels(sc Scope, name, task, source, nonce string, paths []string, created time.Time) map[string]string {
+	return map[string]string{
+		LabelSnapshot: name, LabelSnapshotScope: scopeDigest(sc), LabelSnapshotProfile: url.QueryEscape(scopeName(sc)),
+		LabelSnapshotTask: url.QueryEscape(task), LabelSnapshotCreated: created.UTC().Format(time.RFC3339),
+		LabelSnapshotSource: url.QueryEscape(source), LabelSnapshotPaths: strings.Join(paths, ","), LabelSnapshotNonce: nonce,
 	}
 }
 

@@ -126,5 +126,11 @@ func FuzzParseImageInspect(f *testing.F) {
 		if err == nil && img.ID == "" {
 			t.Fatalf("accepted an image without an id: %q", b)
 		}
+		imgs, err := enginecli.ParseImagesInspect(b)
+		for _, im := range imgs {
+			if err != nil || im.ID == "" || im.Labels == nil {
+				t.Fatalf("images %+v (%v) from %q: each with an id and labels", imgs, err, b)
+			}
+		}
 	})
 }
