@@ -211,6 +211,9 @@ func bgSupervise(dir string, argv []string) {
 		b, _ := json.Marshal(map[string]any{"code": code, "error": msg})
 		_ = os.WriteFile(filepath.Join(dir, "start-error"), b, 0o600)
 	}
+	// Who records the end: while it lives, a command that is gone without
+	// an end recorded yet is ending, not lost (bgState).
+	_ = os.WriteFile(filepath.Join(dir, "supervisor"), []byte(strconv.Itoa(os.Getpid())), 0o600)
 	// The marker is the command's, not the supervisor's: a kill by it
 	// never reaches the one process that records the end.
 	env := append(os.Environ(), bgMarkerVar+"="+meta.ID)
@@ -342,6 +345,9 @@ func bgState(dir string) (BgState, bool) {
 	case st.ExitCode != nil:
 	case st.PID > 0 && bgAlive(st.PID, meta.ID):
 		st.Running = true
+	case st.PID > 0 && supervising(dir, meta.ID):
+		// Gone, and its supervisor is about to record how: ending.
+		st.Running = true
 	case startErr == nil:
 		st.Lost = false // it never started: bg-start said so
 	default:
@@ -349,6 +355,25 @@ func bgState(dir string) (BgState, bool) {
 	}
 	st.Output, st.Dropped = bgSize(dir, meta.SegSize)
 	return st, true
+}
+
+// supervising says whether the supervisor of background process id still
+// runs (its pid, recorded in dir, runs `bg-supervise ID`).
+func supervising(dir, id string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "supervisor"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	cmd, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return errors.Is(err, fs.ErrPermission) && syscall.Kill(pid, 0) == nil
+	}
+	args := strings.Split(string(cmd), "\x00")
+	return len(args) > 2 && args[1] == "bg-supervise" && args[2] == id
 }
 
 // bgAlive says whether pid is the process of background process id (its
