@@ -295,19 +295,18 @@ func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	if c.State != runtime.StateRunning {
+	cur := &c // inspected and verified the key's by copyTarget, when running
+	if c.State != runtime.StateRunning || c.Labels == nil {
 		res, err := s.Ensure(ctx)
 		if err != nil {
 			return SnapshotInfo{}, err
 		}
-		c.ID = res.ID
-	}
-	cur, err := s.inspectOwn(ctx, c.ID)
-	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", name, err)
-	}
-	if cur == nil {
-		return SnapshotInfo{}, fmt.Errorf("%w: task %q of profile %q has none", ErrNoSandbox, s.key.Task, s.key.Profile)
+		if cur, err = s.inspectOwn(ctx, res.ID); err != nil {
+			return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", name, err)
+		}
+		if cur == nil {
+			return SnapshotInfo{}, fmt.Errorf("%w: task %q of profile %q has none", ErrNoSandbox, s.key.Task, s.key.Profile)
+		}
 	}
 	base, err := s.rt().InspectImage(ctx, cur.Image)
 	if err != nil && !errors.Is(err, runtime.ErrImageNotFound) {
