@@ -209,11 +209,11 @@ func bgSupervise(dir string, argv []string) {
 	}
 	fail := func(code int, msg string) {
 		b, _ := json.Marshal(map[string]any{"code": code, "error": msg})
-		_ = os.WriteFile(filepath.Join(dir, "start-error"), b, 0o600)
+		bgPut(dir, "start-error", b)
 	}
 	// Who records the end: while it lives, a command that is gone without
 	// an end recorded yet is ending, not lost (bgState).
-	_ = os.WriteFile(filepath.Join(dir, "supervisor"), []byte(strconv.Itoa(os.Getpid())), 0o600)
+	bgPut(dir, "supervisor", []byte(strconv.Itoa(os.Getpid())))
 	// The marker is the command's, not the supervisor's: a kill by it
 	// never reaches the one process that records the end.
 	env := append(os.Environ(), bgMarkerVar+"="+meta.ID)
@@ -240,7 +240,7 @@ func bgSupervise(dir string, argv []string) {
 		fail(c, fmt.Sprintf("hsbx: exec: %q: %v", argv[0], err))
 		return
 	}
-	_ = os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)), 0o600)
+	bgPut(dir, "pid", []byte(strconv.Itoa(pid)))
 	exited := make(chan struct{})
 	go func() {
 		var ws syscall.WaitStatus
@@ -255,8 +255,7 @@ func bgSupervise(dir string, argv []string) {
 			st["exit_code"], st["signal"] = 128+int(ws.Signal()), int(ws.Signal())
 		}
 		b, _ := json.Marshal(st)
-		_ = os.WriteFile(filepath.Join(dir, "exit.json.new"), b, 0o600)
-		_ = os.Rename(filepath.Join(dir, "exit.json.new"), filepath.Join(dir, "exit.json"))
+		bgPut(dir, "exit.json", b)
 		close(exited)
 	}()
 	seg := max(meta.SegSize, 1)
@@ -298,7 +297,19 @@ func bgSupervise(dir string, argv []string) {
 		cur.Close()
 	}
 	<-exited
-	_ = os.WriteFile(filepath.Join(dir, "size"), []byte(strconv.FormatInt(n, 10)), 0o600)
+	bgPut(dir, "size", []byte(strconv.FormatInt(n, 10)))
+}
+
+// bgPut writes a record of the supervisor's whole or not at all: another
+// mode reads these files while it writes (bg-start waits for start-error
+// or pid; an empty start-error, read between its creation and its
+// write, was taken for a command that could not start — seen on a loaded
+// machine as an agent failure with nothing said).
+func bgPut(dir, name string, b []byte) {
+	tmp := filepath.Join(dir, name+".new")
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(dir, name))
+	}
 }
 
 // BgState is what bg-list, bg-info and bg-wait say of a process.
