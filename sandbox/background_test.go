@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,7 +29,14 @@ func TestBackground(t *testing.T) {
 				return sb
 			}
 			sb := mk(m)
-			p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "start $V"; sleep 1; echo done; exit 3`}, Env: map[string]string{"V": "x"}})
+			// It ends when the test says (a file appears), not after a
+			// time: on a loaded machine a second passed before the other
+			// handle asked. A fake sandbox's processes are the host's.
+			gate := "/tmp/hsbx-bg-go-" + e.base + route.name
+			if e.tg.Fake {
+				t.Cleanup(func() { _ = os.Remove(gate) })
+			}
+			p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "start $V"; while [ ! -e "$G" ]; do sleep 1; done; echo done; exit 3`}, Env: map[string]string{"V": "x", "G": gate}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -37,6 +45,11 @@ func TestBackground(t *testing.T) {
 			info, err := other.Info(ctx)
 			if err != nil || !info.Running || info.PID == 0 || strings.Join(info.Argv, " ") == "" {
 				t.Fatalf("info from another handle: %+v %v", info, err)
+			}
+			if g, err := sb.Start(ctx, sandbox.Command{Argv: []string{"touch", gate}}); err != nil {
+				t.Fatal(err)
+			} else if info, err := g.Wait(ctx); err != nil || info.ExitCode == nil || *info.ExitCode != 0 {
+				t.Fatalf("touch %s: %+v %v", gate, info, err)
 			}
 			var out bytes.Buffer
 			if err := other.Output(ctx, &out, sandbox.OutputOptions{Follow: true}); err != nil || out.String() != "start x\ndone\n" {
@@ -47,9 +60,20 @@ func TestBackground(t *testing.T) {
 				t.Fatalf("wait: %+v %v", info, err)
 			}
 			// A tree, killed whole.
-			q, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 300 & wait"}})
+			q, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 300 & echo both; wait"}})
 			if err != nil {
 				t.Fatal(err)
+			}
+			// Killed once the tree is whole (on a loaded machine the kill
+			// came before the shell had started its second sleep).
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				var b bytes.Buffer
+				if err := q.Output(ctx, &b, sandbox.OutputOptions{}); err == nil && b.String() == "both\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the shell did not start its two sleeps within 30s")
+				}
 			}
 			n, err := q.Signal(ctx, syscall.SIGTERM)
 			if err != nil || n < 3 {
