@@ -104,17 +104,21 @@ func (e *env) key(task string) sandbox.Key {
 
 // each runs fn on every target: the fakes, the real engines and the real
 // Kubernetes cluster (where a behaviour differs there by design, the test
-// says so with kube).
+// says so with kube). The targets run side by side (go test's -parallel
+// of them at once): they are different engines, and one after another
+// the real ones took the package past go test's timeout. A test's targets
+// share nothing on the host but what each names with its own e.base.
 func each(t *testing.T, fn func(t *testing.T, e *env)) {
 	targets := enginetest.Targets(t)
 	if kt, ok := enginetest.KubeIfConfigured(t); ok {
 		targets = append(targets, kt)
 	}
-	for _, tg := range targets {
+	for i, tg := range targets {
 		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
 			log := &argvLog{}
 			rt := tg.OpenWith(t, &proc.Runner{Log: slog.New(log)})
-			e := &env{t: t, tg: tg, rt: rt, log: log, base: fmt.Sprintf("t%d-", time.Now().UnixNano()%1e9)}
+			e := &env{t: t, tg: tg, rt: rt, log: log, base: fmt.Sprintf("t%d%d-", i, time.Now().UnixNano()%1e9)}
 			t.Cleanup(func() {
 				cs, _ := rt.List(context.Background(), runtime.ListOptions{Labels: []string{"hsbx.profile=hsbx-test"}})
 				var ids []string

@@ -44,9 +44,10 @@ const sumScript = `cd / && for f in workspace/w.bin workspace/d/e/f root/r.txt t
 // Snapshots on every engine that commits (docker, rootful and rootless
 // podman): a snapshot taken while a process writes is consistent; a
 // rollback restores the image layer, /workspace, /root and /tmp byte for
-// byte and drops what was made after; ten forks at once are independent
-// and run through the exec channel; a fork of a fork; the size bound; and
-// removal refused while forks stand on a snapshot. Kubernetes refuses.
+// byte and drops what was made after; forks at once (ten of a persistent
+// sandbox) are independent and run through the exec channel; a fork of a
+// fork; the size bound; and removal refused while forks stand on a
+// snapshot. Kubernetes refuses.
 func TestSnapshot(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -66,13 +67,17 @@ func TestSnapshot(t *testing.T) {
 			t.Run("persistent="+strconv.FormatBool(persistent), func(t *testing.T) {
 				spec := e.spec()
 				spec.Persistent = persistent
-				snapshotCase(t, e, m, spec, map[bool]string{true: "p", false: "t"}[persistent])
+				forks := 2 // ten at once once per engine is enough: they cost a minute
+				if persistent {
+					forks = 10
+				}
+				snapshotCase(t, e, m, spec, map[bool]string{true: "p", false: "t"}[persistent], forks)
 			})
 		}
 		t.Run("gvisor", func(t *testing.T) {
 			spec := e.gvisor()
 			spec.Network = false
-			snapshotCase(t, e, m, spec, "g")
+			snapshotCase(t, e, m, spec, "g", 2)
 		})
 		t.Run("bounds", func(t *testing.T) { snapshotBounds(t, e, m) })
 		t.Run("hermes", func(t *testing.T) { snapshotHermes(t, e, m) })
@@ -116,7 +121,7 @@ func snapshotBounds(t *testing.T, e *env, m *sandbox.Manager) {
 	}
 }
 
-func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, tag string) {
+func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, tag string, nforks int) {
 	ctx := context.Background()
 	src := e.snapSandbox(m, "snap-"+tag, spec)
 	sh := func(sb *sandbox.Sandbox, script string) string {
@@ -175,8 +180,9 @@ func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, t
 		t.Errorf("channel after the rollback: %s", src.ChannelStatus(res.ID))
 	}
 
-	// Ten forks at once: each its own, each through the exec channel.
-	forks := make([]*sandbox.Sandbox, 10)
+	// Forks at once (ten on a persistent sandbox): each its own, each
+	// through the exec channel.
+	forks := make([]*sandbox.Sandbox, nforks)
 	errs := make([]error, len(forks))
 	forkIDs := make([]string, len(forks))
 	var wg sync.WaitGroup
