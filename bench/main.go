@@ -517,12 +517,28 @@ func footprint(ctx context.Context, e *engine) string {
 	return b.String()
 }
 
+// cleanup removes the run's containers. Each is stopped at once first: a
+// force-remove of running ones waits out each one's stop grace, and a
+// run's many (podman removes a few at a time) took longer than the
+// engine call's bound — the client was killed and the oldest, the
+// prime and warm sandboxes, were left running after every run.
 func cleanup(ctx context.Context, e *engine) {
 	_, _ = (&reaper.Sweeper{RT: e.rt}).Sweep(ctx, reaper.Options{Profile: e.profile, MaxAge: time.Millisecond, Now: time.Now()}, false)
-	cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hermes-profile=" + e.profile}})
-	var ids []string
-	for _, c := range cs {
-		ids = append(ids, c.ID)
+	for range 3 {
+		cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hermes-profile=" + e.profile}})
+		if len(cs) == 0 {
+			return
+		}
+		var ids []string
+		var wg sync.WaitGroup
+		for _, c := range cs {
+			ids = append(ids, c.ID)
+			if c.State == runtime.StateRunning {
+				wg.Go(func() { _ = e.rt.Stop(ctx, c.ID, 0) })
+			}
+		}
+		wg.Wait()
+		_ = e.rt.Remove(ctx, true, ids...)
 	}
-	_ = e.rt.Remove(ctx, true, ids...)
+	fmt.Fprintf(os.Stderr, "bench: %s: containers of profile %s are left after three tries to remove them\n", e.name, e.profile)
 }
