@@ -111,7 +111,7 @@ func TestSessionsEveryEngine(t *testing.T) {
 			t.Fatalf("sessions: %+v", infos)
 		}
 		// Close ends what the session started, however it detached.
-		tag := fmt.Sprintf("%d", 70000+time.Now().Nanosecond()%9000)
+		tag := "7" + strings.Trim(e.base, "t-") // this target's: the fakes' jobs are the host's processes
 		if res, _, _, err := run(b, `setsid sleep `+tag+`1 & (trap "" HUP; sleep `+tag+`2) & sh -c 'trap "" HUP; exec sleep `+tag+`3' & true`, 0); err != nil || res.Code != 0 {
 			t.Fatalf("starting detached jobs: %+v %v", res, err)
 		}

@@ -111,7 +111,7 @@ func downUnder(t *testing.T, channel bool) {
 		}
 		done := make(chan res, 1)
 		go func() {
-			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sleep", "60"}})
+			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sleep", "60"}, Env: map[string]string{"HSBX_TEST_BASE": e.base}})
 			done <- res{code, err}
 		}()
 		// Down only once the command runs in the sandbox (an exec can
@@ -130,8 +130,9 @@ func downUnder(t *testing.T, channel bool) {
 		if e.tg.Fake {
 			// The fakes' agent runs the command as a process of this host:
 			// wait for it (a fixed second raced a slow start on a loaded
-			// machine: down came first, and the command took the plain path).
-			for deadline := time.Now().Add(60 * time.Second); !hostProcess("sleep\x0060\x00", runtime.ExecMarker+"="); time.Sleep(50 * time.Millisecond) {
+			// machine: down came first, and the command took the plain path),
+			// this target's own: the other fake's test runs beside it.
+			for deadline := time.Now().Add(60 * time.Second); !hostProcess("sleep\x0060\x00", "HSBX_TEST_BASE="+e.base); time.Sleep(50 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the command never started")
 				}
