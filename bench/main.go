@@ -524,10 +524,13 @@ func footprint(ctx context.Context, e *engine) string {
 // prime and warm sandboxes, were left running after every run.
 func cleanup(ctx context.Context, e *engine) {
 	_, _ = (&reaper.Sweeper{RT: e.rt}).Sweep(ctx, reaper.Options{Profile: e.profile, MaxAge: time.Millisecond, Now: time.Now()}, false)
-	for range 3 {
+	for try := range 4 {
 		cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hermes-profile=" + e.profile}})
 		if len(cs) == 0 {
 			return
+		}
+		if try == 3 {
+			break // three removals tried; what is listed now is left
 		}
 		var ids []string
 		var wg sync.WaitGroup
