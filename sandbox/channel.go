@@ -411,13 +411,20 @@ func (m *Manager) holderStatus(id string, users ...string) string {
 
 // endChannel ends the channel to container id before stop or down: the
 // holder (or this handle's own channel) would end with the container
-// anyway, but not before the engine had to kill the agent.
-func (s *Sandbox) endChannel(ctx context.Context, id string) {
+// anyway, but not before the engine had to kill the agent. With wait, it
+// returns once the holder's agent exec is over (this handle's own channel
+// always waits): a replacement asks the engine next whether any command
+// still runs.
+func (s *Sandbox) endChannel(ctx context.Context, id string, wait bool) {
 	if !s.m.c.Channel {
 		return
 	}
 	if s.m.c.Holders.Dir != "" {
-		channel.Shutdown(ctx, s.m.holderSocket(id, s.execUser()))
+		if wait {
+			channel.ShutdownWait(ctx, s.m.holderSocket(id, s.execUser()))
+		} else {
+			channel.Shutdown(ctx, s.m.holderSocket(id, s.execUser()))
+		}
 		return
 	}
 	s.dropChannel(id)

@@ -395,14 +395,17 @@ func (s *Sandbox) replace(ctx context.Context, c runtime.Container) error {
 	return s.removeAll(ctx, []runtime.Container{c})
 }
 
-// awaitNoExecs ends this host's holder of the container and waits a
-// moment for the engine to list no running exec in it (the holder's agent
-// ends as the holder does). A holder that another process's plain exec
-// started a moment ago may come up meanwhile: it is ended too.
+// awaitNoExecs ends this host's holder of the container, waiting until its
+// agent's exec is over, then waits a moment for the engine to list no
+// running exec in it. A holder that another process's plain exec started
+// a moment ago may come up meanwhile: it is ended too.
 func (s *Sandbox) awaitNoExecs(ctx context.Context, id string) error {
-	deadline := time.Now().Add(time.Second)
+	var deadline time.Time
 	for {
-		s.endChannel(ctx, id)
+		s.endChannel(ctx, id, true)
+		if deadline.IsZero() {
+			deadline = time.Now().Add(time.Second)
+		}
 		cs, err := s.rt().Inspect(ctx, id)
 		if errors.Is(err, runtime.ErrNotFound) || (err == nil && len(cs) == 0) {
 			return nil

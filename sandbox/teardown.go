@@ -30,7 +30,7 @@ func (s *Sandbox) Stop(ctx context.Context) (StopResult, error) {
 	}
 	res := AlreadyStopped
 	for _, c := range cs {
-		s.endChannel(ctx, c.ID)
+		s.endChannel(ctx, c.ID, false)
 		if c.State.Alive() {
 			res = Stopped
 			if err := s.rt().Stop(ctx, c.ID, s.m.c.StopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
@@ -68,7 +68,7 @@ func (s *Sandbox) Down(ctx context.Context) (Removed, error) {
 		return r, err
 	}
 	for _, c := range cs {
-		s.endChannel(ctx, c.ID)
+		s.endChannel(ctx, c.ID, false)
 	}
 	if len(cs) > 0 {
 		if err := s.removeAll(ctx, cs); err != nil {

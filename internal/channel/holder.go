@@ -43,6 +43,10 @@ type Holder struct {
 	// start (active).
 	mu      sync.Mutex
 	closing bool
+	// ended is closed once Serve has closed the Conn (its agent's exec is
+	// over, or was killed past KillWait): a client that asked for the
+	// shutdown is answered (hung up on) then, not before.
+	ended chan struct{}
 }
 
 // EndKind is why a holder ended.
@@ -98,6 +102,7 @@ func (h *Holder) Serve(ctx context.Context) End {
 		h.Log = slog.New(slog.DiscardHandler)
 	}
 	h.stop = make(chan End, 1)
+	h.ended = make(chan struct{})
 	h.lastUsed.Store(time.Now().UnixNano())
 	var sock os.FileInfo
 	if h.Path != "" {
@@ -139,6 +144,7 @@ loop:
 	h.endCommands()
 	_ = h.Listener.Close()
 	_ = h.Conn.Close()
+	close(h.ended)
 	return why
 }
 
@@ -215,6 +221,15 @@ func (h *Holder) handle(ctx context.Context, nc net.Conn) {
 	switch f.Type {
 	case wire.TShutdown:
 		h.shutdown(End{Kind: EndAsked})
+		// Said at once (it takes no command from now on), then the
+		// hang-up once the channel has ended.
+		_ = w.Write(wire.TShutdown, 0, nil)
+		if h.ended != nil { // Serve runs (a test may call handle alone)
+			select {
+			case <-h.ended:
+			case <-time.After(KillWait + time.Second):
+			}
+		}
 		return
 	case wire.TStart:
 	default:

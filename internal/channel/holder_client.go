@@ -178,7 +178,21 @@ func withFD(f *os.File, fn func(fd int)) error {
 
 // Shutdown asks the holder at socket to end (stop and down do, so no
 // holder outlives its sandbox by its idle time). No holder: nothing to do.
+// It returns once the holder takes no command; ShutdownWait waits for
+// the end.
 func Shutdown(ctx context.Context, socket string) {
+	shutdown(ctx, socket, false)
+}
+
+// ShutdownWait asks the holder at socket to end, like Shutdown, and waits
+// until it has: its channel closed, so the engine runs no exec of its agent
+// any more (bounded: KillWait and a little more). A replacement that must
+// see no command in the sandbox asks this way.
+func ShutdownWait(ctx context.Context, socket string) {
+	shutdown(ctx, socket, true)
+}
+
+func shutdown(ctx context.Context, socket string, wait bool) {
 	nc, err := dial(ctx, socket)
 	if err != nil {
 		return
@@ -189,8 +203,16 @@ func Shutdown(ctx context.Context, socket string) {
 	if f, err := r.Read(); err != nil || f.Type != wire.THello {
 		return
 	}
-	_ = wire.NewWriter(nc).Write(wire.TShutdown, 0, nil)
-	_, _ = r.Read() // wait for the holder to hang up
+	if wire.NewWriter(nc).Write(wire.TShutdown, 0, nil) != nil {
+		return
+	}
+	// The holder says it takes no command from now on (an older one hangs
+	// up instead), then hangs up once its channel has ended.
+	if f, err := r.Read(); err != nil || f.Type != wire.TShutdown || !wait {
+		return
+	}
+	_ = nc.SetDeadline(time.Now().Add(KillWait + 2*time.Second))
+	_, _ = r.Read()
 }
 
 // Alive reports whether a holder of this protocol answers at socket with

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -336,5 +337,75 @@ func TestSocketPathCarriesTheProtocol(t *testing.T) {
 	}
 	if b := SocketPath("/d", "docker", "id", ""); a != b {
 		t.Errorf("SocketPath not stable: %s, %s", a, b)
+	}
+}
+
+// gatedCloser closes its writer only once the test opens the gate: an
+// agent whose exec takes a while to end.
+type gatedCloser struct {
+	w      io.Closer
+	gate   chan struct{}
+	closed chan struct{}
+}
+
+func (g *gatedCloser) Close() error {
+	<-g.gate
+	err := g.w.Close()
+	close(g.closed)
+	return err
+}
+
+// Shutdown returns once the holder takes no command (its channel may
+// still be ending); ShutdownWait only once the channel has ended — what a
+// replacement needs before it asks the engine whether any exec runs.
+func TestShutdownWaitsForTheChannelsEnd(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		toAgentR, toAgentW := io.Pipe()
+		fromAgentR, fromAgentW := io.Pipe()
+		go func() { _ = agent.Serve(toAgentR, fromAgentW, "test"); fromAgentW.Close() }()
+		g := &gatedCloser{w: toAgentW, gate: make(chan struct{}), closed: make(chan struct{})}
+		c, err := newConn(fromAgentR, toAgentW, g, 5*time.Second, defaultBounds())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, sock := listenSocket(t, "h.sock")
+		h := &Holder{Conn: c, Listener: ln, Idle: time.Minute}
+		served := make(chan End, 1)
+		go func() { served <- h.Serve(context.Background()) }()
+		returned := make(chan struct{})
+		go func() {
+			if wait {
+				ShutdownWait(context.Background(), sock)
+			} else {
+				Shutdown(context.Background(), sock)
+			}
+			close(returned)
+		}()
+		if !wait {
+			<-returned // with the channel's end still held back
+			h.mu.Lock()
+			closing := h.closing
+			h.mu.Unlock()
+			if !closing {
+				t.Fatal("Shutdown returned before the holder stopped taking commands")
+			}
+			close(g.gate)
+		} else {
+			select {
+			case <-returned:
+				t.Fatal("ShutdownWait returned while the holder's channel was still ending")
+			case <-time.After(300 * time.Millisecond):
+			}
+			close(g.gate)
+			<-returned
+			select {
+			case <-g.closed:
+			default:
+				t.Fatal("ShutdownWait returned before the channel was closed")
+			}
+		}
+		if why := <-served; why.Kind != EndAsked {
+			t.Fatalf("the holder ended: %v", why)
+		}
 	}
 }

@@ -67,7 +67,7 @@ const (
 	TSignal   Type = 7  // one byte: signal the process's group and marked processes
 	TExit     Type = 8  // Exit: the stream is over
 	TCredit   Type = 9  // 4 bytes: the receiver consumed that much data
-	TShutdown Type = 10 // ask a holder to end its channel and exit
+	TShutdown Type = 10 // ask a holder to end its channel and exit; its answer: it takes no command now
 	TPing     Type = 11 // stream 0: answer with Pong, same payload (liveness)
 	TPong     Type = 12 // stream 0: the answer to a Ping
 	maxType   Type = TPong
