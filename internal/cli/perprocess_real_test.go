@@ -32,7 +32,10 @@ func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
 			})
 			// It says when its command runs: killed before, it would leave
 			// a sandbox with nothing running in it, rightly removed at once.
-			creator := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sh", "-c", "echo started; exec sleep 3")
+			// The command outlasts the test's steps up to the sweep on a
+			// loaded machine (`sleep 3` did not, on rootless podman: the
+			// sweep found nothing to end), and the sweep ends it.
+			creator := exec.Command(os.Args[0], "--log-level", "warn", "exec", "--task", task, "--", "sh", "-c", "echo started; exec sleep 60")
 			creator.Env = env
 			started, err := creator.StdoutPipe()
 			if err != nil {
@@ -77,10 +80,10 @@ func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
 			}
 			_ = creator.Process.Signal(syscall.SIGKILL)
 			_ = creator.Wait()
-			// Its command (`sleep 3`, carrying hsbx's marker) is the dead
+			// Its command (`sleep 60`, carrying hsbx's marker) is the dead
 			// creator's leftover: the sweep ends it and removes the sandbox.
 			if out := reap(); listed() || !strings.Contains(out, "is gone; 1 leftover command process(es) ended") {
-				t.Fatalf("right after the kill, with `sleep 3` still running: %s; still listed: %v", out, listed())
+				t.Fatalf("right after the kill, with `sleep 60` still running: %s; still listed: %v", out, listed())
 			}
 
 			// An exec session that is not hsbx's (no marker) keeps it.
