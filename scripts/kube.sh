@@ -352,32 +352,39 @@ provisioner() {
   mkdir -p "$vols"
   local claim='{.status.phase} {.spec.storageClassName} {.metadata.namespace} {.metadata.name} {.metadata.uid} {.spec.resources.requests.storage}{"\n"}'
   # Claims come from a watch and, every 5 s, from a plain list too: a watch
-  # can miss one (seen once in CI: a claim stayed Pending for 4 minutes).
-  { while :; do kubectl get persistentvolumeclaims -A --watch -o "jsonpath=$claim" || true; sleep 1; done; } | bind &
-  { while :; do kubectl get persistentvolumeclaims -A -o "jsonpath={range .items[*]}$claim{end}" || true; sleep 5; done; } | bind &
+  # can miss one. (Twice in CI a claim stayed Pending for 4 minutes, the
+  # second time with both; why is not known: every call but the watches
+  # is bounded now, and what fails is logged.)
+  { while :; do kubectl get persistentvolumeclaims -A --watch -o "jsonpath=$claim" || echo "$(date +%T) provisioner: the claim watch ended" >&2; sleep 1; done; } | bind &
+  { while :; do kubectl --request-timeout=20s get persistentvolumeclaims -A -o "jsonpath={range .items[*]}$claim{end}" || echo "$(date +%T) provisioner: listing claims failed" >&2; sleep 5; done; } | bind &
   while :; do
     kubectl get persistentvolumes --watch -o 'jsonpath={.status.phase} {.spec.storageClassName} {.metadata.name}{"\n"}' || true
     sleep 1
   done | while read -r phase cls pv; do
     [ "$phase" = Released ] && [ "$cls" = "$class" ] || continue
-    kubectl delete persistentvolume "$pv" --wait=false >/dev/null 2>&1 && rm -rf "${vols:?}/$pv" && echo "$(date +%T) provisioner: deleted $pv"
+    kubectl --request-timeout=20s delete persistentvolume "$pv" --wait=false >/dev/null 2>&1 && rm -rf "${vols:?}/$pv" && echo "$(date +%T) provisioner: deleted $pv"
   done
 }
 
 # bind gives each Pending claim of the class (lines: phase class namespace
 # name uid size) a volume bound to it, once (a second create of the same
-# volume fails harmlessly).
+# volume fails harmlessly); a create that fails is logged with its error.
 bind() {
-  local phase cls ns name uid size vols=$dir/volumes
+  local phase cls ns name uid size vols=$dir/volumes out
   while read -r phase cls ns name uid size; do
     [ "$phase" = Pending ] && [ "$cls" = "$class" ] || continue
-    kubectl get persistentvolume "pvc-$uid" >/dev/null 2>&1 && continue
+    kubectl --request-timeout=20s get persistentvolume "pvc-$uid" >/dev/null 2>&1 && continue
     mkdir -p "$vols/pvc-$uid"
-    if kubectl create -f - >/dev/null 2>&1 <<EOF; then echo "$(date +%T) provisioner: pvc-$uid for $ns/$name"; fi
+    if out=$(kubectl --request-timeout=20s create -f - 2>&1 <<EOF
 {"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-$uid","annotations":{"pv.kubernetes.io/provisioned-by":"hsbx.dev/hostpath"}},
  "spec":{"capacity":{"storage":"$size"},"accessModes":["ReadWriteOnce"],"persistentVolumeReclaimPolicy":"Delete","storageClassName":"$class",
  "claimRef":{"namespace":"$ns","name":"$name","uid":"$uid"},"hostPath":{"path":"$vols/pvc-$uid","type":"DirectoryOrCreate"}}}
 EOF
+    ); then
+      echo "$(date +%T) provisioner: pvc-$uid for $ns/$name"
+    elif ! kubectl --request-timeout=20s get persistentvolume "pvc-$uid" >/dev/null 2>&1; then
+      echo "$(date +%T) provisioner: creating pvc-$uid for $ns/$name failed: $out"
+    fi
   done
 }
 

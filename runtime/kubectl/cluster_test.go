@@ -413,6 +413,23 @@ func TestClusterCopyHostPaths(t *testing.T) {
 	}
 }
 
+// sayStorage logs, when t failed, the cluster's claims and volumes and
+// the log of scripts/kube.sh's provisioner (beside KUBECONFIG): a claim
+// left unbound is the provisioner's doing or the cluster's.
+func sayStorage(t *testing.T, bin string) {
+	if !t.Failed() {
+		return
+	}
+	out, _ := exec.Command(bin, "get", "persistentvolumeclaims,persistentvolumes", "-A", "-o", "wide").CombinedOutput()
+	t.Logf("claims and volumes now:\n%s", out)
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(os.Getenv("KUBECONFIG")), "logs", "provisioner.log")); err == nil {
+		if len(b) > 8<<10 {
+			b = b[len(b)-8<<10:]
+		}
+		t.Logf("the provisioner's log (its end):\n%s", b)
+	}
+}
+
 // A claim outlives the Pods that mount it: files written through one Pod
 // are there in the next; it is removed only with its labels, after its
 // Pods; a claim of that name made by someone else is never mounted; a
@@ -423,6 +440,7 @@ func TestClusterClaimOutlivesPods(t *testing.T) {
 		t.Skip("no storage class (HSBX_IT_KUBE_STORAGE_CLASS): scripts/kube.sh makes hsbx-local")
 	}
 	ctx := context.Background()
+	t.Cleanup(func() { sayStorage(t, tg.Bin) })
 	kube := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command(tg.Bin, append([]string{"--namespace", tg.Kube.Namespace}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)
