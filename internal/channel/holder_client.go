@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/egress"
+	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -177,19 +178,35 @@ func withFD(f *os.File, fn func(fd int)) error {
 }
 
 // Shutdown asks the holder at socket to end (stop and down do, so no
-// holder outlives its sandbox by its idle time). No holder: nothing to do.
-// It returns once the holder takes no command; ShutdownWait waits for
-// the end.
+// holder outlives its sandbox by its idle time), and every holder of it
+// asked for until now not to serve. No holder: nothing to do. It returns
+// once the holder takes no command; ShutdownWait waits for the end.
 func Shutdown(ctx context.Context, socket string) {
+	markEnded(socket)
 	shutdown(ctx, socket, false)
 }
 
-// ShutdownWait asks the holder at socket to end, like Shutdown, and waits
-// until it has: its channel closed, so the engine runs no exec of its agent
-// any more (bounded: KillWait and a little more). A replacement that must
-// see no command in the sandbox asks this way.
+// ShutdownWait is Shutdown, then waits until no holder of socket is left:
+// the one serving has closed its channel (the engine runs no exec of its
+// agent any more), and one that was starting (its lock taken, its channel
+// opening) has ended too, as it does on seeing the mark. Bounded: KillWait
+// and a little more. A replacement that must see no command in the
+// sandbox asks this way.
 func ShutdownWait(ctx context.Context, socket string) {
+	deadline := time.Now().Add(KillWait + 2*time.Second)
+	markEnded(socket)
 	shutdown(ctx, socket, true)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		release, ok, err := privdir.TryLock(socket + ".lock")
+		if err != nil {
+			return
+		}
+		if ok {
+			release()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func shutdown(ctx context.Context, socket string, wait bool) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,43 @@ func SocketPathFits(dir string) error {
 		return fmt.Errorf("the exec channel's socket path %s is %d bytes, more than a unix socket takes (%d); set XDG_RUNTIME_DIR or TMPDIR to a shorter directory", p, len(p), maxSocketPath)
 	}
 	return nil
+}
+
+// markEnded records that every holder of socket asked for until now is to
+// end (stop, down, a replacement asked): one still queued for the
+// socket's lock, or opening its channel, ends instead of serving
+// (endedSince). The time is this host's wall clock, in the socket's
+// checked directory.
+func markEnded(socket string) {
+	f, err := privdir.OpenFile(socket+".ended", os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteString(strconv.FormatInt(time.Now().UnixNano(), 10))
+	}
+}
+
+// endedSince says whether socket's holders were asked to end at or after
+// asked (the time a holder was asked for). A mark in the future (the
+// clock was set back since) counts for nothing.
+func endedSince(socket string, asked time.Time) bool {
+	f, err := privdir.OpenFile(socket+".ended", os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 32))
+	if err != nil {
+		return false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return false
+	}
+	at := time.Unix(0, n)
+	return !at.Before(asked) && !at.After(time.Now())
 }
 
 // unavailableFor is how long a holder's verdict that the agent cannot run

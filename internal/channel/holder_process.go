@@ -48,6 +48,10 @@ type HoldSpec struct {
 	// variables this process keeps, and files (never a value).
 	EgressState string          `json:"egress_state,omitempty"`
 	Secrets     []egress.Source `json:"secrets,omitempty"`
+	// Asked is when the exec asked for this holder (unix nanoseconds;
+	// HolderEnv sets it): a stop, down or replacement since then means it
+	// does not serve.
+	Asked int64 `json:"asked,omitempty"`
 }
 
 // ReadHoldSpec reads HoldVar's value.
@@ -88,6 +92,10 @@ func Hold(ctx context.Context, spec HoldSpec, o HoldOptions) error {
 	}
 	defer dir.Close()
 	sock := filepath.Join(dir.FDPath(), spec.Name)
+	asked := time.Now()
+	if spec.Asked != 0 {
+		asked = time.Unix(0, spec.Asked)
+	}
 	// Another holder may be starting, serving, or ending because its
 	// socket was removed (it notices within a second): wait that long.
 	var release func()
@@ -128,9 +136,9 @@ func Hold(ctx context.Context, spec HoldSpec, o HoldOptions) error {
 		log = o.Logger(logTo)
 	}
 	pruneHolderFiles(dir.FDPath(), spec.Name)
-	if Alive(sock, time.Second) {
+	if endedSince(sock, asked) || Alive(sock, time.Second) {
 		clean = true
-		return nil
+		return nil // asked to end since it was asked for, or served already
 	}
 	rt, err := o.OpenRuntime(ctx, spec.Engine)
 	if err != nil {
@@ -150,6 +158,14 @@ func Hold(ctx context.Context, spec HoldSpec, o HoldOptions) error {
 	if err != nil {
 		conn.Close()
 		return err
+	}
+	// A shutdown asked for while the channel opened found no socket to
+	// reach: it left its mark first, so one of the two sees the other.
+	if endedSince(sock, asked) {
+		_ = ln.Close()
+		conn.Close()
+		clean = true
+		return nil
 	}
 	_ = os.Remove(sock + ".unavailable")
 	h := &Holder{Conn: conn, Listener: ln, Idle: spec.Idle, Log: log, Path: sock}
@@ -223,7 +239,7 @@ func pruneHolderFiles(dir, self string) {
 }
 
 // holderFileSuffixes name the files a holder keeps beside its socket.
-var holderFileSuffixes = []string{".log", ".unavailable", ".lock"}
+var holderFileSuffixes = []string{".log", ".unavailable", ".ended", ".lock"}
 
 // holderFileBase is the socket name a holder's file belongs to.
 func holderFileBase(name string) (string, bool) {
@@ -283,6 +299,9 @@ func HolderEnv(env []string, spec HoldSpec) []string {
 		if slices.Contains(keep, k) || slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) {
 			out = append(out, kv)
 		}
+	}
+	if spec.Asked == 0 {
+		spec.Asked = time.Now().UnixNano()
 	}
 	b, _ := json.Marshal(spec)
 	return append(out, HoldVar+"="+string(b))
