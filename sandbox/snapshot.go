@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/channel"
+	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
@@ -277,6 +278,19 @@ func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
+	// Saves of one sandbox take turns: two at once wedged it (each hold
+	// stopping the other's; on docker an exec racing the commit's pause
+	// left runc stuck in the frozen container). On this host a second is
+	// refused at once; across hosts hsbx's agent refuses a second hold.
+	if dir := s.stateDir(); dir != "" && !s.ephemeral {
+		release, ok, err := keystate.TrySnapshot(dir, s.key.Hash())
+		if err == nil && !ok {
+			return SnapshotInfo{}, fmt.Errorf("%w: another snapshot of this sandbox is being taken on this host; try again when it is done", ErrBusy)
+		}
+		if err == nil {
+			defer release()
+		}
+	}
 	sc := s.key.Scope()
 	if _, err := s.m.FindSnapshot(ctx, sc, name); err == nil {
 		return SnapshotInfo{}, fmt.Errorf("%w: profile %q has snapshot %q already (hsbx snapshot rm %s)", ErrSnapshotExists, scopeName(sc), name, name)
@@ -465,6 +479,8 @@ func stageError(rep wire.SnapshotReport) error {
 		return fmt.Errorf("%w: %s (snapshot_max_size); nothing was kept", ErrSnapshotTooLarge, rep.Error)
 	case wire.SnapshotKindNoSpace:
 		return fmt.Errorf("%w: %s; nothing was kept", ErrNoSpace, rep.Error)
+	case wire.SnapshotKindBusy:
+		return fmt.Errorf("%w: %s; try again when it is done", ErrBusy, rep.Error)
 	}
 	return fmt.Errorf("hsbx's agent could not copy the sandbox's files: %s", rep.Error)
 }

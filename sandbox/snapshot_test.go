@@ -80,8 +80,66 @@ func TestSnapshot(t *testing.T) {
 			snapshotCase(t, e, m, spec, "g", 2)
 		})
 		t.Run("bounds", func(t *testing.T) { snapshotBounds(t, e, m) })
+		t.Run("two at once", func(t *testing.T) { snapshotTwoAtOnce(t, e, m) })
 		t.Run("hermes", func(t *testing.T) { snapshotHermes(t, e, m) })
 	})
+}
+
+// snapshotTwoAtOnce: two saves of one sandbox at once, from two handles
+// (two processes, or two hosts): they take turns or the second is refused
+// (ErrBusy) — never both stopped by each other's hold, waiting for ever
+// with the sandbox's processes stopped, and never one's stage removed by
+// the other's. Each snapshot made holds the files; the sandbox runs on.
+func snapshotTwoAtOnce(t *testing.T, e *env, m *sandbox.Manager) {
+	ctx := context.Background()
+	spec := e.spec()
+	spec.Persistent = false
+	src := e.snapSandbox(m, "twice-src", spec)
+	fill := "mkdir -p /workspace/d && i=0; while [ $i -lt 200 ]; do head -c 65536 /dev/urandom > /workspace/d/f$i; i=$((i+1)); done; cat /workspace/d/* | md5sum"
+	var sum bytes.Buffer
+	if code, err := src.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", fill}, Stdout: &sum}); code != 0 || err != nil {
+		t.Fatal(code, err)
+	}
+	names := []string{e.base + "twice-a", e.base + "twice-b"}
+	errs := make([]error, 2)
+	done := make(chan int, 2)
+	for i := range names {
+		other := e.managerWith(func(c *sandbox.Config) {}).Sandbox(src.Key(), spec)
+		go func() { _, errs[i] = other.Snapshot(ctx, names[i]); done <- i }()
+	}
+	for range names {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Minute):
+			t.Fatal("two snapshots at once of one sandbox did not end within 5 minutes (each stopped by the other's hold?)")
+		}
+	}
+	made := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			made++
+			f := m.Sandbox(e.key("twice-fork-"+strconv.Itoa(i)), spec)
+			e.t.Cleanup(func() { _ = f.Close(context.Background()) })
+			if _, err := f.Fork(ctx, names[i]); err != nil {
+				t.Fatalf("fork of %s: %v", names[i], err)
+			}
+			var got bytes.Buffer
+			if code, err := f.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "cat /workspace/d/* | md5sum"}, Stdout: &got}); code != 0 || err != nil || got.String() != sum.String() {
+				t.Errorf("the fork of %s: %q (want %q) %d %v", names[i], got.String(), sum.String(), code, err)
+			}
+		case errors.Is(err, sandbox.ErrBusy):
+		default:
+			t.Errorf("snapshot %s beside another: %v (want it made, or ErrBusy)", names[i], err)
+		}
+	}
+	if made == 0 {
+		t.Errorf("neither of two snapshots at once was made: %v", errs)
+	}
+	t.Logf("two at once: %d made, errors %v", made, errs)
+	if code, err := src.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "test ! -e /.hsbx-snapshot && test $(grep -c '^State:.*T' /proc/[0-9]*/status | grep -vc ':0$') = 0"}}); code != 0 || err != nil {
+		t.Errorf("after two snapshots at once the stage is left or processes are stopped: %d %v", code, err)
+	}
 }
 
 // snapshotBounds: a snapshot over snapshot_max_size keeps nothing and

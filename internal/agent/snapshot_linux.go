@@ -45,6 +45,12 @@ const initPidNS = 0xEFFFFFFC
 // line or the end of in, then remove the stage and continue the processes.
 func SnapshotHold(bound int64, paths []string, in io.Reader, out io.Writer) int {
 	enc := json.NewEncoder(out)
+	unlock, err := holdLock()
+	if err != nil {
+		_ = enc.Encode(wire.SnapshotReport{Error: err.Error(), Kind: wire.SnapshotKindBusy})
+		return 1
+	}
+	defer unlock()
 	fz, err := freeze()
 	if err != nil {
 		fz.thaw()
@@ -85,6 +91,28 @@ func SnapshotHold(bound int64, paths []string, in io.Reader, out io.Writer) int 
 	thawed := fz.thaw()
 	_ = enc.Encode(wire.SnapshotReport{Thawed: thawed})
 	return 0
+}
+
+// holdLock makes snapshot-holds of one sandbox take turns, whichever host
+// asked: two at once would stop each other's agent (each then waits for
+// ever) and remove each other's stage. The lock is on the container's
+// root directory (an flock: released when this process ends, however it
+// ends; no file is made, so none is committed). Another hold has it:
+// an error at once, nothing stopped. A root that cannot be locked at all
+// (a file system without flock) does without: holds ran so before.
+func holdLock() (func(), error) {
+	f, err := os.Open("/")
+	if err != nil {
+		return func() {}, nil
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, errors.New("another snapshot of this sandbox is being taken (its lock on / is held)")
+		}
+		return func() {}, nil
+	}
+	return func() { f.Close() }, nil
 }
 
 // waitGoAhead returns on a line of input, its end, or after bound.

@@ -110,6 +110,12 @@ func TryIdle(stateDir, keyHash string) (release func(), ok bool, err error) {
 	return filelock.TryExclusive(lockPath(stateDir, keyHash))
 }
 
+// TrySnapshot takes the key's snapshot lock without waiting: ok is false
+// while another process of this host saves a snapshot of the sandbox.
+func TrySnapshot(stateDir, keyHash string) (release func(), ok bool, err error) {
+	return filelock.TryExclusive(filepath.Join(Dir(stateDir, keyHash), "snapshot.lock"))
+}
+
 func lockPath(stateDir, keyHash string) string {
 	return filepath.Join(Dir(stateDir, keyHash), "in-use.lock")
 }

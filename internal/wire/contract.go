@@ -106,5 +106,6 @@ const (
 	SnapshotKindTooLarge = "too_large" // the paths hold more than the bound
 	SnapshotKindNoSpace  = "no_space"  // the sandbox's disk filled
 	SnapshotKindFreeze   = "freeze"    // the sandbox's processes could not all be stopped
+	SnapshotKindBusy     = "busy"      // another snapshot-hold runs in the sandbox
 	SnapshotKindFailed   = "failed"    // anything else (the words say)
 )
