@@ -281,7 +281,8 @@ func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 	// Saves of one sandbox take turns: two at once wedged it (each hold
 	// stopping the other's; on docker an exec racing the commit's pause
 	// left runc stuck in the frozen container). On this host a second is
-	// refused at once; across hosts hsbx's agent refuses a second hold.
+	// refused at once. hsbx's agent refuses a second hold too, yet two
+	// hosts at once can still hang (docs/snapshots.md, a known limit).
 	if dir := s.stateDir(); dir != "" && !s.ephemeral {
 		release, ok, err := keystate.TrySnapshot(dir, s.key.Hash())
 		if err == nil && !ok {
