@@ -54,38 +54,57 @@ func SocketPathFits(dir string) error {
 // markEnded records that every holder of socket asked for until now is to
 // end (stop, down, a replacement asked): one still queued for the
 // socket's lock, or opening its channel, ends instead of serving
-// (endedSince). The time is this host's wall clock, in the socket's
-// checked directory.
+// (endedSince). The time is this host's wall clock.
 func markEnded(socket string) {
-	f, err := privdir.OpenFile(socket+".ended", os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if f.Truncate(0) == nil {
-		_, _ = f.WriteString(strconv.FormatInt(time.Now().UnixNano(), 10))
-	}
+	putMark(socket+".ended", strconv.FormatInt(time.Now().UnixNano(), 10))
 }
 
 // endedSince says whether socket's holders were asked to end at or after
 // asked (the time a holder was asked for). A mark in the future (the
 // clock was set back since) counts for nothing.
 func endedSince(socket string, asked time.Time) bool {
-	f, err := privdir.OpenFile(socket+".ended", os.O_RDONLY, 0)
-	if err != nil {
+	b, _, ok := readMark(socket+".ended", 32)
+	if !ok {
 		return false
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 32))
-	if err != nil {
-		return false
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	n, err := strconv.ParseInt(b, 10, 64)
 	if err != nil {
 		return false
 	}
 	at := time.Unix(0, n)
 	return !at.Before(asked) && !at.After(time.Now())
+}
+
+// putMark writes a mark beside a socket (in its checked directory, never
+// through a link), replacing what it said.
+func putMark(path, content string) {
+	f, err := privdir.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteString(content)
+	}
+}
+
+// readMark reads up to limit bytes of a mark (trimmed) and when it was
+// written.
+func readMark(path string, limit int64) (string, time.Time, bool) {
+	f, err := privdir.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit))
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return strings.TrimSpace(string(b)), fi.ModTime(), true
 }
 
 // unavailableFor is how long a holder's verdict that the agent cannot run
@@ -95,30 +114,14 @@ const unavailableFor = 10 * time.Minute
 // MarkUnavailable records why no holder can serve socket's sandbox (in
 // the socket's checked directory, never through a link).
 func MarkUnavailable(socket, reason string) {
-	f, err := privdir.OpenFile(socket+".unavailable", os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if f.Truncate(0) == nil {
-		_, _ = f.WriteString(reason)
-	}
+	putMark(socket+".unavailable", reason)
 }
 
 // UnavailableReason is a recent MarkUnavailable verdict for socket.
 func UnavailableReason(socket string) (string, bool) {
-	f, err := privdir.OpenFile(socket+".unavailable", os.O_RDONLY, 0)
-	if err != nil {
+	why, at, ok := readMark(socket+".unavailable", 4<<10)
+	if !ok || time.Since(at) > unavailableFor {
 		return "", false
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || time.Since(fi.ModTime()) > unavailableFor {
-		return "", false
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4<<10))
-	if err != nil {
-		return "", false
-	}
-	return strings.TrimSpace(string(b)), true
+	return why, true
 }
