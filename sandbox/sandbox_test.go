@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -269,10 +270,12 @@ func TestTimeoutKillsTheCommandInTheSandbox(t *testing.T) {
 		if _, err := sb.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
-		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 301"}, Timeout: time.Second})
-		var ie *sandbox.InterruptedError
-		if !errors.As(err, &ie) || !errors.Is(err, sandbox.ErrCommandTimeout) || ie.KillErr != nil || ie.Killed < 1 {
-			t.Fatalf("Exec with timeout: %d %v", code, err)
+		ie := interruptStarted(t, time.Second, func(wait time.Duration, out io.Writer) error {
+			_, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo up; sleep 300 & sleep 301"}, Timeout: wait, Stdout: out})
+			return err
+		})
+		if !errors.Is(ie, sandbox.ErrCommandTimeout) || ie.KillErr != nil || ie.Killed < 1 {
+			t.Fatalf("Exec with timeout: %v", ie)
 		}
 		var ps bytes.Buffer
 		if _, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"ps"}, Stdout: &ps}); err != nil {
@@ -282,13 +285,45 @@ func TestTimeoutKillsTheCommandInTheSandbox(t *testing.T) {
 			t.Errorf("processes left in the sandbox after the timeout:\n%s", ps.String())
 		}
 		// The caller's context (a signal) kills the same way.
-		cctx, cancel := context.WithCancelCause(ctx)
-		go func() { time.Sleep(time.Second); cancel(errors.New("test signal")) }()
-		_, err = sb.Exec(cctx, sandbox.Command{Argv: []string{"sleep", "302"}})
-		if !errors.As(err, &ie) || ie.Killed != 1 || ie.Cause.Error() != "test signal" {
-			t.Fatalf("Exec cancelled: %v", err)
+		ie = interruptStarted(t, time.Second, func(wait time.Duration, out io.Writer) error {
+			cctx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			go func() { time.Sleep(wait); cancel(errors.New("test signal")) }()
+			_, err := sb.Exec(cctx, sandbox.Command{Argv: []string{"sh", "-c", "echo up; exec sleep 302"}, Stdout: out})
+			return err
+		})
+		if ie.Killed != 1 || ie.Cause.Error() != "test signal" {
+			t.Fatalf("Exec cancelled: %v", ie)
 		}
 	})
+}
+
+// interruptStarted runs a command that prints "up" first and then runs on,
+// stopped by run after wait, until an attempt shows the command had started
+// before it was stopped (the wait grows: 1×, 3×, 9×). A command the engine
+// had not started yet has nothing to kill — Killed 0 is then right and
+// proves nothing; rootless podman on a loaded machine takes over a second to
+// start an exec, and a client killed before that leaves nothing to run.
+func interruptStarted(t *testing.T, wait time.Duration, run func(wait time.Duration, stdout io.Writer) error) *sandbox.InterruptedError {
+	t.Helper()
+	for _, w := range []time.Duration{wait, 3 * wait, 9 * wait} {
+		var out bytes.Buffer
+		start := time.Now()
+		err := run(w, &out)
+		var ie *sandbox.InterruptedError
+		if !errors.As(err, &ie) {
+			t.Fatalf("the command was not interrupted: %v", err)
+		}
+		if d := time.Since(start); d > w+20*time.Second {
+			t.Errorf("stopping the command took %s after its %s", d-w, w)
+		}
+		if strings.HasPrefix(out.String(), "up\n") {
+			return ie
+		}
+		t.Logf("the command had not started in %s (%v): waiting longer", w, err)
+	}
+	t.Fatalf("the command did not start in %s", 9*wait)
+	return nil
 }
 
 func TestSecretsNeverOnArgv(t *testing.T) {
