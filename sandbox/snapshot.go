@@ -284,11 +284,11 @@ func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 	// refused at once. hsbx's agent refuses a second hold too, yet two
 	// hosts at once can still hang (docs/snapshots.md, a known limit).
 	if dir := s.stateDir(); dir != "" && !s.ephemeral {
-		release, ok, err := keystate.TrySnapshot(dir, s.key.Hash())
-		if err == nil && !ok {
+		switch release, ok, err := keystate.TrySnapshot(dir, s.key.Hash()); {
+		case err != nil: // no lock file to take: the agent's lock still refuses a second hold
+		case !ok:
 			return SnapshotInfo{}, fmt.Errorf("%w: another snapshot of this sandbox is being taken on this host; try again when it is done", ErrBusy)
-		}
-		if err == nil {
+		default:
 			defer release()
 		}
 	}
