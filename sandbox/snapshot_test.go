@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
@@ -44,8 +45,8 @@ const sumScript = `cd / && for f in workspace/w.bin workspace/d/e/f root/r.txt t
 // Snapshots on every engine that commits (docker, rootful and rootless
 // podman): a snapshot taken while a process writes is consistent; a
 // rollback restores the image layer, /workspace, /root and /tmp byte for
-// byte and drops what was made after; forks at once (ten of a persistent
-// sandbox) are independent and run through the exec channel; a fork of a
+// byte and drops what was made after; forks at once (of a persistent
+// sandbox: three in the gate, ten under make soak) are independent and run through the exec channel; a fork of a
 // fork; the size bound; and removal refused while forks stand on a
 // snapshot. Kubernetes refuses.
 func TestSnapshot(t *testing.T) {
@@ -67,9 +68,9 @@ func TestSnapshot(t *testing.T) {
 			t.Run("persistent="+strconv.FormatBool(persistent), func(t *testing.T) {
 				spec := e.spec()
 				spec.Persistent = persistent
-				forks := 2 // ten at once once per engine is enough: they cost a minute
+				forks := 2 // many at once once per engine is enough: ten cost a minute
 				if persistent {
-					forks = 10
+					forks = enginetest.Count(3, 10)
 				}
 				snapshotCase(t, e, m, spec, map[bool]string{true: "p", false: "t"}[persistent], forks)
 			})

@@ -9,12 +9,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hsbx/hsbx/internal/enginetest"
 )
 
 // Ctrl-C at any moment of a creating `up`, on the real engines: whatever
 // the engine got done, hsbx never says "could not be removed" about it,
 // leaves no container that is not running, and the next up works (using
-// the one that was kept, if any). The moments are spread over a create.
+// the one that was kept, if any). The moments are spread over a create:
+// five under make soak, an early and a late one in the gate.
 func TestUpInterruptedRealEngines(t *testing.T) {
 	for _, tg := range cliTargets(t) {
 		// this test binary is hsbx here, signals and all (TestMain, HSBX_TEST_MAIN)
@@ -22,7 +25,12 @@ func TestUpInterruptedRealEngines(t *testing.T) {
 			continue // the fakes: up_interrupted_create.txtar
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			for _, delay := range []time.Duration{30, 80, 150, 250, 400} {
+			t.Parallel() // the engines side by side: each waits on its own
+			delays := []time.Duration{80, 250}
+			if enginetest.Soak() {
+				delays = []time.Duration{30, 80, 150, 250, 400}
+			}
+			for _, delay := range delays {
 				delay *= time.Millisecond
 				task := fmt.Sprintf("intr-%d", time.Now().UnixNano())
 				env := append(append([]string{}, tg.environ...), "HSBX_TEST_MAIN=1") // the test binary acts as hsbx

@@ -101,6 +101,22 @@ func removeTempDirs() {
 	tempDirs.paths = nil
 }
 
+// Soak reports whether this run is `make soak` (HSBX_SOAK=1): stress
+// counts, trials and sizes at full size. The merge gate (`make test`,
+// CI) runs the same tests with the small counts: every behaviour proven
+// once on every engine, the long trials left to the soak.
+func Soak() bool { return os.Getenv("HSBX_SOAK") == "1" }
+
+// Count is a stress test's count: gate in the merge gate, soak under
+// `make soak`. One knob for every trial count, session count, size and
+// concurrency a test repeats for confidence rather than for a behaviour.
+func Count(gate, soak int) int {
+	if Soak() {
+		return soak
+	}
+	return gate
+}
+
 // Target is one engine to test against.
 type Target struct {
 	Name     string   // fake-docker, fake-podman, docker, podman, podman-rootless
