@@ -313,12 +313,13 @@ func (l *shLoop) close() {
 	<-l.done
 }
 
-// bigArgv writes 300 MB of zeros to stdout.
-var bigArgv = []string{"head", "-c", strconv.Itoa(bigSize), "/dev/zero"}
+// bigArgv writes bigSize() bytes of zeros to stdout.
+func bigArgv() []string { return []string{"head", "-c", strconv.Itoa(bigSize()), "/dev/zero"} }
 
-const bigSize = 300_000_000
+// bigSize is how much bigOutput moves: 300 MB (a fiftieth under -small).
+func bigSize() int { return sized(300_000_000) }
 
-// bigOutput moves 300 MB of stdout through the CLI's channel and through
+// bigOutput moves bigSize() of stdout through the CLI's channel and through
 // the raw exec (raw), both to a discarding reader.
 func bigOutput(ctx context.Context, e *engine, raw []string) row {
 	timed := func(env []string, argv []string) time.Duration {
@@ -327,11 +328,11 @@ func bigOutput(ctx context.Context, e *engine, raw []string) row {
 	n := max(*runs/3, 3)
 	h, b := pair(ctx, e, n,
 		func() time.Duration {
-			return timed(e.env, e.hsbx(append([]string{"exec", "--task", "warm", "--"}, bigArgv...)...))
+			return timed(e.env, e.hsbx(append([]string{"exec", "--task", "warm", "--"}, bigArgv()...)...))
 		},
 		func() time.Duration { return timed(os.Environ(), raw) })
-	mbs := func(d time.Duration) float64 { return bigSize / 1e6 / d.Seconds() }
-	return ratioRow(fmt.Sprintf("300 MB of stdout through the CLI's channel vs the raw exec (median of %d; %.0f vs %.0f MB/s; time, so ≤ 1.00 is ≥ 1.0× the throughput)", n, mbs(h), mbs(b)),
+	mbs := func(d time.Duration) float64 { return float64(bigSize()) / 1e6 / d.Seconds() }
+	return ratioRow(fmt.Sprintf("%s of stdout through the CLI's channel vs the raw exec (median of %d; %.0f vs %.0f MB/s; time, so ≤ 1.00 is ≥ 1.0× the throughput)", mb(bigSize()), n, mbs(h), mbs(b)),
 		h, b, 1.0, "")
 }
 
@@ -346,13 +347,13 @@ func streamed(ctx context.Context, c proc.Cmd) time.Duration {
 	return res.Elapsed
 }
 
-// inputSize is how much bigInput sends.
-const inputSize = 50_000_000
+// inputSize is how much bigInput sends: 50 MB (a fiftieth under -small).
+func inputSize() int { return sized(50_000_000) }
 
 // inputArgv reads its stdin to the end.
 var inputArgv = []string{"sh", "-c", "cat > /dev/null"}
 
-// bigInput moves 50 MB of stdin through the CLI's channel (`exec -i`)
+// bigInput moves inputSize() of stdin through the CLI's channel (`exec -i`)
 // and through the raw exec (raw, which must take -i), both from a file.
 func bigInput(ctx context.Context, e *engine, raw []string) row {
 	f, err := os.CreateTemp("", "hsbx-bench-input-*")
@@ -364,8 +365,8 @@ func bigInput(ctx context.Context, e *engine, raw []string) row {
 	for i := range chunk {
 		chunk[i] = byte(i*7 + i>>11) // not all zeros: nothing on the way gets it for free
 	}
-	for n := 0; n < inputSize; n += len(chunk) {
-		if _, err := f.Write(chunk[:min(len(chunk), inputSize-n)]); err != nil {
+	for n := 0; n < inputSize(); n += len(chunk) {
+		if _, err := f.Write(chunk[:min(len(chunk), inputSize()-n)]); err != nil {
 			fail("input file: %v", err)
 		}
 	}
@@ -384,8 +385,8 @@ func bigInput(ctx context.Context, e *engine, raw []string) row {
 			return timed(e.env, e.hsbx(append([]string{"exec", "-i", "--task", "warm", "--"}, inputArgv...)...))
 		},
 		func() time.Duration { return timed(os.Environ(), raw) })
-	mbs := func(d time.Duration) float64 { return inputSize / 1e6 / d.Seconds() }
-	return ratioRow(fmt.Sprintf("50 MB of stdin through the CLI's channel (`exec -i`) vs the raw exec -i (median of %d; %.0f vs %.0f MB/s; time, so ≤ 1.00 is ≥ 1.0× the throughput)", n, mbs(h), mbs(b)),
+	mbs := func(d time.Duration) float64 { return float64(inputSize()) / 1e6 / d.Seconds() }
+	return ratioRow(fmt.Sprintf("%s of stdin through the CLI's channel (`exec -i`) vs the raw exec -i (median of %d; %.0f vs %.0f MB/s; time, so ≤ 1.00 is ≥ 1.0× the throughput)", mb(inputSize()), n, mbs(h), mbs(b)),
 		h, b, 1.0, "")
 }
 

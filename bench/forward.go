@@ -23,7 +23,7 @@ import (
 func forwardRows(ctx context.Context, e *engine) []row {
 	sb := libraryClient(ctx, e).Sandbox("warm")
 	defer sb.Close(ctx)
-	const size = 100 << 20
+	size := int64(sized(100 << 20))
 	const port = 18090
 	setup := fmt.Sprintf("mkdir -p /tmp/fwd && head -c %d /dev/zero > /tmp/fwd/big && echo x > /tmp/fwd/small", size)
 	if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", setup}}); err != nil || code != 0 {
@@ -48,7 +48,7 @@ func forwardRows(ctx context.Context, e *engine) []row {
 	}
 	defer os.RemoveAll(dir)
 	f, _ := os.Create(filepath.Join(dir, "big"))
-	_ = f.Truncate(size)
+	_ = f.Truncate(int64(size))
 	f.Close()
 	_ = os.WriteFile(filepath.Join(dir, "small"), []byte("x\n"), 0o644)
 	hostLn, err := net.Listen("tcp", "127.0.0.1:0")
@@ -85,7 +85,7 @@ func forwardRows(ctx context.Context, e *engine) []row {
 		func() time.Duration { return get(ln.Addr().String(), "big", size) },
 		func() time.Duration { return get(hostLn.Addr().String(), "big", size) })
 	mbs := func(d time.Duration) string { return fmt.Sprintf("%.0f MB/s", float64(size)/1e6/d.Seconds()) }
-	thr := row{"port forward: one 100 MB GET through `Sandbox.Forward` (the channel) from busybox httpd in the sandbox vs a direct connection to a Go file server on the host (throughput)",
+	thr := row{"port forward: one " + mb(int(size)) + " GET through `Sandbox.Forward` (the channel) from busybox httpd in the sandbox vs a direct connection to a Go file server on the host (throughput)",
 		mbs(h), mbs(b), fmt.Sprintf("%.3f", float64(b)/float64(h)), "—", "untargeted: the exec stream carries the data (the decided path)"}
 	twenty := func(addr string) time.Duration {
 		var total time.Duration

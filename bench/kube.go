@@ -68,7 +68,7 @@ func kubeBench(ctx context.Context) string {
 		func() time.Duration { return must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Elapsed },
 		func() time.Duration { return must(ctx, os.Environ(), get...).Elapsed })
 	rows = append(rows, ratioRow("warm `up` vs one `kubectl get pods -l` with the same selector", h, base, 1.1, ""),
-		bigOutput(ctx, e, append(kc("exec", pod, "-c", "sandbox", "--"), bigArgv...)),
+		bigOutput(ctx, e, append(kc("exec", pod, "-c", "sandbox", "--"), bigArgv()...)),
 		bigInput(ctx, e, append(kc("exec", "-i", pod, "-c", "sandbox", "--"), inputArgv...)))
 	rows = append(rows, smallCopies(ctx, e, "kubectl cp", func(src, dst string) []string {
 		return kc("cp", "-c", "sandbox", strings.Replace(src, ":", pod+":", 1), strings.Replace(dst, ":", pod+":", 1))

@@ -37,6 +37,7 @@ var (
 	// memCommands is how many commands the exec channel's memory check runs.
 	memCommands = flag.Int("mem-commands", 10000, "commands for the exec channel's memory check")
 	snapOnly    = flag.Bool("snapshots-only", false, "measure only the snapshot rows (a quick check; the report has nothing else)")
+	small       = flag.Bool("small", false, "the smoke (CI): every big transfer (stdout, stdin, downloads, forwards, snapshots) at a fiftieth of its size, at least 1 MB, and 20 sessions at scale instead of 200; proves the harness end to end, gives no figure to quote")
 	kube        = flag.Bool("kube", false, "also measure the kubectl runtime on the cluster scripts/kube.sh set up (KUBECONFIG, HSBX_IT_KUBECTL)")
 )
 
@@ -153,7 +154,7 @@ func main() {
 		rows = append(rows, sessionRows(ctx, e, []string{e.bin, "exec", id}, e.name+" exec ID")...)
 		rows = append(rows, warmUp(ctx, e), coldUp(ctx, e), firstExec(ctx, e))
 		rows = append(rows, afterRestart(ctx, e)...)
-		rows = append(rows, bigOutput(ctx, e, append([]string{e.bin, "exec", id}, bigArgv...)),
+		rows = append(rows, bigOutput(ctx, e, append([]string{e.bin, "exec", id}, bigArgv()...)),
 			bigInput(ctx, e, append([]string{e.bin, "exec", "-i", id}, inputArgv...)))
 		rows = append(rows, smallCopies(ctx, e, e.name+" cp", func(src, dst string) []string {
 			return []string{e.bin, "cp", strings.Replace(src, ":", id+":", 1), strings.Replace(dst, ":", id+":", 1)}
@@ -220,6 +221,18 @@ func setup(ctx context.Context, name, bin, image string) *engine {
 	must(ctx, e.env, *hsbxBin, "up", "--task", "prime")
 	return e
 }
+
+// sized is a transfer's size in bytes: full, or a fiftieth (at least
+// 1 MB) under -small.
+func sized(full int) int {
+	if *small {
+		return max(full/50, 1<<20)
+	}
+	return full
+}
+
+// mb names a size in the rows' words: "300 MB".
+func mb(n int) string { return fmt.Sprintf("%d MB", (n+500_000)/1_000_000) }
 
 func (e *engine) hsbx(args ...string) []string { return append([]string{*hsbxBin}, args...) }
 

@@ -83,7 +83,10 @@ func sessionScale(ctx context.Context, e *engine) string {
 	b.WriteString("Sessions at scale (Go package, one sandbox, `echo ok` opening each; default limits): opening one more when N are open (median of the last five), and what the sandbox holds per open session.\n\n")
 	b.WriteString("| sessions open | opening one | tasks per session | memory per session |\n|---|---|---|---|\n")
 	var opens []time.Duration
-	const n = 200
+	n := 200
+	if *small {
+		n = 20
+	}
 	for i := 1; i <= n; i++ {
 		start := time.Now()
 		res, err := sb.RunScript(ctx, fmt.Sprintf("s%d", i), sandbox.Script{Text: "echo ok", Stdout: io.Discard})
@@ -91,7 +94,7 @@ func sessionScale(ctx context.Context, e *engine) string {
 			fail("%s: opening session %d: %+v %v", e.name, i, res, err)
 		}
 		opens = append(opens, time.Since(start))
-		if i == 1 || i == 50 || i == n {
+		if i == 1 || i == min(50, n/2) || i == n {
 			t, m := count()
 			last := opens[max(0, len(opens)-5):]
 			fmt.Fprintf(&b, "| %d | %s | %.2f | %d KiB |\n", i, ms(median(last)), float64(t-t0)/float64(i), (m-m0)/int64(i)/1024)

@@ -21,7 +21,8 @@ func snapshotRows(ctx context.Context, e *engine) []row {
 	const task = "snap-src"
 	id := string(must(ctx, e.env, e.hsbx("up", "--task", task)...).Stdout)
 	id = id[:len(id)-1]
-	must(ctx, e.env, e.hsbx("exec", "--task", task, "--", "sh", "-c", "head -c 104857600 /dev/urandom > /workspace/data")...)
+	size := sized(100 << 20)
+	must(ctx, e.env, e.hsbx("exec", "--task", task, "--", "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom > /workspace/data", size))...)
 	dir, err := os.MkdirTemp("", "hsbx-bench-snap-")
 	if err != nil {
 		fail("%v", err)
@@ -30,7 +31,7 @@ func snapshotRows(ctx context.Context, e *engine) []row {
 	data := filepath.Join(dir, "data")
 	f, err := os.Create(data)
 	if err == nil {
-		_, err = io.CopyN(f, rand.Reader, 100<<20)
+		_, err = io.CopyN(f, rand.Reader, int64(size))
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -55,7 +56,7 @@ func snapshotRows(ctx context.Context, e *engine) []row {
 			must(ctx, os.Environ(), e.bin, "image", "rm", ref)
 			return d
 		})
-	rows := []row{{"snapshot of a sandbox with 100 MB in /workspace vs `" + e.name + " commit` of it (which saves no mount)",
+	rows := []row{{"snapshot of a sandbox with " + mb(size) + " in /workspace vs `" + e.name + " commit` of it (which saves no mount)",
 		ms(snap), ms(commit), fmt.Sprintf("%.2f", float64(snap)/float64(commit)), "—", "untargeted: the copy of the mounts is the difference"}}
 
 	must(ctx, e.env, e.hsbx("snapshot", "save", "--task", task, "base")...)
@@ -74,7 +75,7 @@ func snapshotRows(ctx context.Context, e *engine) []row {
 			down(t)
 			return d
 		})
-	rows = append(rows, ratioRow("a fork of that snapshot vs a cold `up` + `hsbx cp` of the same 100 MB in", fork, coldCopy, 1.0, ""))
+	rows = append(rows, ratioRow("a fork of that snapshot vs a cold `up` + `hsbx cp` of the same "+mb(size)+" in", fork, coldCopy, 1.0, ""))
 
 	par, seq := pair(ctx, e, 2,
 		func() time.Duration {
@@ -104,7 +105,7 @@ func snapshotRows(ctx context.Context, e *engine) []row {
 			return must(ctx, e.env, e.hsbx("snapshot", "rollback", "--task", task, "base")...).Elapsed
 		},
 		func() time.Duration { return must(ctx, e.env, e.hsbx("up", "--recreate", "--task", task)...).Elapsed })
-	rows = append(rows, row{"rollback of that sandbox (100 MB restored) vs `up --recreate` (nothing restored)",
+	rows = append(rows, row{"rollback of that sandbox (" + mb(size) + " restored) vs `up --recreate` (nothing restored)",
 		ms(back), ms(recreate), fmt.Sprintf("%.2f", float64(back)/float64(recreate)), "—", "untargeted: the restore is the difference"})
 	down(task)
 	rm("base")
