@@ -6,6 +6,7 @@
 # Go release give the same bytes (make release-check builds twice).
 #
 #   scripts/release.sh OUTDIR [VERSION]   VERSION: default git describe
+#   PLATFORMS="linux/amd64 ..."           only these (default: all six)
 set -eu
 go=${GO:-go}
 out=${1:?usage: release.sh OUTDIR [VERSION]}
@@ -20,7 +21,7 @@ out=$(cd "$out" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$go" build -o "$work/archive" ./scripts/archive
-for p in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64; do
+for p in ${PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64}; do
   os=${p%/*} arch=${p#*/}
   name="hsbx-$version-$os-$arch"
   exe=hsbx; ext=tar.gz
