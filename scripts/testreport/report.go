@@ -72,7 +72,9 @@ func (r *report) add(ev event) {
 		r.fail = true
 	case ev.Action == "start":
 		r.started[ev.Package] = true
-	case ev.Action == "run":
+	case ev.Action == "run" || ev.Action == "cont":
+		// A parallel test pauses until it has a slot: its time is from
+		// when it went on.
 		r.began[key] = ev.Time
 	case ev.Action == "output" && ev.Test == "":
 		// The package's own lines: ok/FAIL, a timeout's panic, TestMain's.
@@ -86,8 +88,8 @@ func (r *report) add(ev event) {
 		}
 		delete(r.pending, key)
 		// A test's Elapsed leaves out its parallel subtests, which run
-		// after its own function returns: the wall time from its run
-		// to its end holds them.
+		// after its own function returns: the wall time from its run (or,
+		// parallel, from when it went on) to its end holds them.
 		secs := ev.Elapsed
 		if t0, ok := r.began[key]; ok && !t0.IsZero() && !ev.Time.IsZero() {
 			secs = max(secs, ev.Time.Sub(t0).Seconds())
@@ -147,7 +149,7 @@ func (r *report) summary(top int) string {
 	if len(tests) > top {
 		tests = tests[:top]
 	}
-	fmt.Fprintf(&b, "\n== the %d slowest tests (subtests included; a test's time is its wall time, its parallel subtests in it)\n", len(tests))
+	fmt.Fprintf(&b, "\n== the %d slowest tests (subtests included; a test's time is its wall time from when it went on, its parallel subtests in it)\n", len(tests))
 	for _, t := range tests {
 		fmt.Fprintf(&b, "%9.1fs  %-4s  %s\n", t.seconds, t.result, t.name)
 	}

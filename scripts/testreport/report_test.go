@@ -118,3 +118,19 @@ func TestReportParentWallTime(t *testing.T) {
 		t.Errorf("the parent's wall time is not its time:\n%s", s)
 	}
 }
+
+// A parallel test's time starts when it goes on, not while it waits for
+// a slot.
+func TestReportParallelTestFromItsCont(t *testing.T) {
+	stream := `{"Time":"2026-11-28T10:00:00Z","Action":"run","Package":"p","Test":"TestP"}
+{"Time":"2026-11-28T10:00:00Z","Action":"pause","Package":"p","Test":"TestP"}
+{"Time":"2026-11-28T10:05:00Z","Action":"cont","Package":"p","Test":"TestP"}
+{"Time":"2026-11-28T10:05:10Z","Action":"pass","Package":"p","Test":"TestP","Elapsed":10}`
+	r := newReport(&bytes.Buffer{})
+	if err := r.read(strings.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.summary(30); !strings.Contains(s, "10.0s  pass  p TestP\n") {
+		t.Errorf("a parallel test's wait for a slot counted as its time:\n%s", s)
+	}
+}
