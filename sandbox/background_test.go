@@ -22,13 +22,8 @@ import (
 func TestBackground(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		e.eachRoute(t, func(t *testing.T, route execRoute, m *sandbox.Manager) {
-			mk := func(m *sandbox.Manager) *sandbox.Sandbox {
-				sb := m.Sandbox(e.key("bg-"+route.name), e.spec())
-				t.Cleanup(func() { _ = sb.Close(ctx) })
-				return sb
-			}
-			sb := mk(m)
+		e.eachRoute(t, func(t *testing.T, route execRoute, _ *sandbox.Manager) {
+			sb := e.shared(t, route.channel)
 			// It ends when the test says (a file appears), not after a
 			// time: on a loaded machine a second passed before the other
 			// handle asked. A fake sandbox's processes are the host's.
@@ -40,8 +35,8 @@ func TestBackground(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_ = sb.Close(ctx)                                                                                   // its channel goes; the process does not
-			other := mk(e.managerWith(func(c *sandbox.Config) { c.Channel = route.channel })).Process(p.ID, "") // another process's
+			_ = sb.Close(ctx)                                     // its channel goes; the process does not
+			other := e.shared(t, route.channel).Process(p.ID, "") // another process's
 			info, err := other.Info(ctx)
 			if err != nil || !info.Running || info.PID == 0 || strings.Join(info.Argv, " ") == "" {
 				t.Fatalf("info from another handle: %+v %v", info, err)

@@ -79,12 +79,7 @@ func TestExecSemanticsBothPaths(t *testing.T) {
 		for _, path := range []string{"plain", "channel"} {
 			t.Run(path, func(t *testing.T) {
 				ctx := context.Background()
-				m := e.manager()
-				if path == "channel" {
-					m = e.channelManager()
-				}
-				sb := m.Sandbox(e.key("sem-"+path), e.spec())
-				t.Cleanup(func() { _ = sb.Close(ctx) })
+				sb := e.shared(t, path == "channel")
 				res, err := sb.Ensure(ctx)
 				if err != nil {
 					t.Fatal(err)

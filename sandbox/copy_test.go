@@ -306,19 +306,16 @@ func TestCopyOutKeepsLinksInside(t *testing.T) {
 			t.Skip("the fakes' shell cannot make links or sparse files in a sandbox")
 		}
 		ctx := context.Background()
-		sb := e.manager().Sandbox(e.key("cp-links"), e.spec())
-		t.Cleanup(func() { _ = sb.Close(ctx) })
-		if _, err := sb.Ensure(ctx); err != nil {
-			t.Fatal(err)
-		}
-		script := `set -e; mkdir -p /cptest/w/sub/deep; cd /cptest/w; echo hi > f
+		sb := e.shared(t, false)
+		w := "/cptest-" + e.base + "/w" // the sandbox is shared: this test's own
+		script := `set -e; mkdir -p ` + w + `/sub/deep; cd ` + w + `; echo hi > f
 ln -s /etc/passwd abs; ln -s / root; ln -s ../../.. sub/deep/up; ln -s ../f sub/rel; ln f hard
 dd if=/dev/zero of=sparse bs=1 count=0 seek=67108864 2>/dev/null`
 		var errb bytes.Buffer
 		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script}, Stderr: &errb}); err != nil || code != 0 {
 			t.Fatalf("making the tree: %d %v %s", code, err, errb.String())
 		}
-		for _, src := range []string{"/cptest/w", "/cptest/w/."} {
+		for _, src := range []string{w, w + "/."} {
 			dst := filepath.Join(e.hostDir("cp-links-out"), fmt.Sprint(len(src)))
 			err := sb.CopyOut(ctx, src, dst)
 			var le *sandbox.LinksRefusedError

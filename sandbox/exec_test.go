@@ -28,10 +28,7 @@ func (b *brokenPipe) Write(p []byte) (int, error) { b.writes++; return 0, syscal
 func TestFailedWriterStopsTheCommand(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		sb := e.manager().Sandbox(e.key("pipe"), e.spec())
-		if _, err := sb.Ensure(ctx); err != nil {
-			t.Fatal(err)
-		}
+		sb := e.shared(t, false)
 		w := &brokenPipe{}
 		_, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo first; sleep 303"}, Stdout: w})
 		var ie *sandbox.InterruptedError
@@ -53,7 +50,7 @@ func TestFailedWriterStopsTheCommand(t *testing.T) {
 func TestStdinIsPassed(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		var out bytes.Buffer
-		code, err := e.manager().Sandbox(e.key("stdin"), e.spec()).Exec(context.Background(),
+		code, err := e.shared(t, false).Exec(context.Background(),
 			sandbox.Command{Argv: []string{"cat"}, Stdin: strings.NewReader("fed in\n"), Stdout: &out})
 		if err != nil || code != 0 || out.String() != "fed in\n" {
 			t.Fatalf("cat with Stdin: %d %v %q", code, err, out.String())
@@ -106,7 +103,7 @@ func TestCommandEnv(t *testing.T) {
 func TestOutputHelpers(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		sb := e.manager().Sandbox(e.key("helpers"), e.spec())
+		sb := e.shared(t, false)
 		if out, err := sb.Output(ctx, "sh", "-c", "echo out; echo err >&2"); err != nil || string(out) != "out\n" {
 			t.Fatalf("Output: %q %v", out, err)
 		}
@@ -131,10 +128,11 @@ func TestOutputHelpers(t *testing.T) {
 		if strings.Join(lines, ",") != "one,two" {
 			t.Fatalf("Lines: %q", lines)
 		}
-		for range sb.Lines(ctx, sandbox.Command{Argv: []string{"yes", "endless"}}) {
+		endless := "endless-" + e.base // the sandbox is shared: this test's own
+		for range sb.Lines(ctx, sandbox.Command{Argv: []string{"yes", endless}}) {
 			break
 		}
-		if out, _ := sb.Output(ctx, "ps"); strings.Contains(string(out), "endless") {
+		if out, _ := sb.Output(ctx, "ps"); strings.Contains(string(out), endless) {
 			t.Errorf("yes runs on after the loop stopped:\n%s", out)
 		}
 	})

@@ -22,10 +22,7 @@ import (
 func TestEngineWordsFromTheCommandRunOnce(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		sb := e.manager().Sandbox(e.key("words"), e.spec())
-		if _, err := sb.Ensure(ctx); err != nil {
-			t.Fatal(err)
-		}
+		sb := e.shared(t, false)
 		type tc struct {
 			msg  string
 			code int
@@ -44,7 +41,8 @@ func TestEngineWordsFromTheCommandRunOnce(t *testing.T) {
 		}
 		for i, c := range cases {
 			var out, errb bytes.Buffer
-			script := fmt.Sprintf(`echo run; echo run >> /tmp/count%d; echo "%s" >&2; exit %d`, i, c.msg, c.code)
+			count := fmt.Sprintf("/tmp/%scount%d", e.base, i) // the sandbox is shared: this test's own
+			script := fmt.Sprintf(`echo run; echo run >> %s; echo "%s" >&2; exit %d`, count, c.msg, c.code)
 			code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
 			if err != nil || code != c.code {
 				t.Errorf("%q: exit %d, err %v; want %d, nil", c.msg, code, err, c.code)
@@ -54,7 +52,7 @@ func TestEngineWordsFromTheCommandRunOnce(t *testing.T) {
 			}
 			if !e.tg.Fake { // the fakes' shell drops file redirections
 				out.Reset()
-				sb.Exec(ctx, sandbox.Command{Argv: []string{"cat", fmt.Sprintf("/tmp/count%d", i)}, Stdout: &out})
+				sb.Exec(ctx, sandbox.Command{Argv: []string{"cat", count}, Stdout: &out})
 				if out.String() != "run\n" {
 					t.Errorf("%q: the command ran %d times", c.msg, strings.Count(out.String(), "run"))
 				}

@@ -21,9 +21,8 @@ import (
 func TestExecAsUser(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		e.eachRoute(t, func(t *testing.T, path execRoute, m *sandbox.Manager) {
-			sb := m.Sandbox(e.key("user-"+path.name), e.spec())
-			t.Cleanup(func() { _ = sb.Close(ctx) })
+		e.eachRoute(t, func(t *testing.T, path execRoute, _ *sandbox.Manager) {
+			sb := e.shared(t, path.channel)
 			run := func(user string, argv ...string) (string, string, int, error) {
 				var out, errb bytes.Buffer
 				code, err := sb.Exec(ctx, sandbox.Command{Argv: argv, User: user, Stdout: &out, Stderr: &errb})
@@ -80,7 +79,7 @@ func TestExecAsUser(t *testing.T) {
 				}
 				return strings.TrimSpace(out.String())
 			}
-			mine, theirs := sb.Session("u"), sb.UserSession("u", "nobody")
+			mine, theirs := sb.Session(e.base+"u"), sb.UserSession(e.base+"u", "nobody")
 			script(mine, "export WHO=root-shell")
 			if got := script(theirs, `export WHO=nobody-shell; echo "$(id -u) $HOME"`); got != "65534 /" {
 				t.Errorf("nobody's session: %q", got)
@@ -91,7 +90,7 @@ func TestExecAsUser(t *testing.T) {
 			if got := script(mine, `echo "$WHO $(id -u)"`); got != "root-shell 0" {
 				t.Errorf("root's session of the same name: %q", got)
 			}
-			if _, err := sb.UserSession("u", "nosuch-hsbx").Run(ctx, "true", sandbox.Script{}); !errors.Is(err, sandbox.ErrNoSuchUser) {
+			if _, err := sb.UserSession(e.base+"u", "nosuch-hsbx").Run(ctx, "true", sandbox.Script{}); !errors.Is(err, sandbox.ErrNoSuchUser) {
 				t.Errorf("a session as a user the sandbox lacks: %v", err)
 			}
 			_ = theirs.Close(ctx)

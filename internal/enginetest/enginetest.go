@@ -54,6 +54,7 @@ type testRun struct {
 
 func (r testRun) Run() int {
 	defer removeTempDirs()
+	defer runAtExit()
 	if os.Getenv("FAKEENGINE_DIR") == "" {
 		dir, err := TempDir("hsbx-fakeengine-")
 		if err != nil {
@@ -99,6 +100,83 @@ func removeTempDirs() {
 		_ = os.RemoveAll(dir)
 	}
 	tempDirs.paths = nil
+}
+
+// atExit holds what runs when Main's tests end, last registered first.
+var atExit struct {
+	sync.Mutex
+	fns []func()
+}
+
+// AtExit registers fn to run when Main's tests end (before the temp dirs
+// go): the removal of what outlives one test, as a shared sandbox does.
+func AtExit(fn func()) {
+	atExit.Lock()
+	defer atExit.Unlock()
+	atExit.fns = append(atExit.fns, fn)
+}
+
+func runAtExit() {
+	atExit.Lock()
+	fns := atExit.fns
+	atExit.fns = nil
+	atExit.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+// lasting holds Lasting's targets, by name.
+var lasting struct {
+	sync.Mutex
+	targets map[string]Target
+}
+
+// Lasting returns tg with what a test's target keeps for the test alone
+// (a fake engine's state, the state dir, the cluster namespace) made to
+// last until Main's tests end: for a sandbox that many tests share. One
+// per target name; the first call makes it.
+func Lasting(t testing.TB, tg Target) Target {
+	t.Helper()
+	lasting.Lock()
+	defer lasting.Unlock()
+	if lt, ok := lasting.targets[tg.Name]; ok {
+		return lt
+	}
+	dir, err := TempDir("hsbx-lasting-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt := tg
+	lt.Env = nil
+	for _, kv := range tg.Env {
+		if !strings.HasPrefix(kv, "FAKEENGINE_DIR=") {
+			lt.Env = append(lt.Env, kv)
+		}
+	}
+	lt.StateDir = filepath.Join(dir, "state")
+	if err := os.Mkdir(lt.StateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case tg.Fake:
+		lt.Env = append(lt.Env, "FAKEENGINE_DIR="+filepath.Join(dir, "engine"))
+	case tg.Rootless:
+		_ = os.Chmod(dir, 0o755)
+		chownRootless(lt.StateDir)
+	case tg.Kube.Namespace != "":
+		ns := fmt.Sprintf("hsbx-shared-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+		if out, err := exec.Command(tg.Bin, "create", "namespace", ns).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl create namespace %s: %v\n%s", ns, err, out)
+		}
+		AtExit(func() { _ = exec.Command(tg.Bin, "delete", "namespace", ns, "--wait=false").Run() })
+		lt.Kube.Namespace = ns
+	}
+	if lasting.targets == nil {
+		lasting.targets = map[string]Target{}
+	}
+	lasting.targets[tg.Name] = lt
+	return lt
 }
 
 // Soak reports whether this run is `make soak` (HSBX_SOAK=1): stress
@@ -232,13 +310,19 @@ func sharedStateDir(t *testing.T, rootless bool) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	if rootless {
-		var uid, gid int
-		if _, err := fmt.Sscanf(os.Getenv("HSBX_IT_ROOTLESS_UID")+":"+os.Getenv("HSBX_IT_ROOTLESS_GID"), "%d:%d", &uid, &gid); err == nil {
-			_ = os.Chmod(dir, 0o755)
-			_ = os.Chown(dir, uid, gid)
-		}
+		chownRootless(dir)
 	}
 	return dir
+}
+
+// chownRootless gives dir to the rootless engine's user
+// (HSBX_IT_ROOTLESS_UID), mode 0755.
+func chownRootless(dir string) {
+	var uid, gid int
+	if _, err := fmt.Sscanf(os.Getenv("HSBX_IT_ROOTLESS_UID")+":"+os.Getenv("HSBX_IT_ROOTLESS_GID"), "%d:%d", &uid, &gid); err == nil {
+		_ = os.Chmod(dir, 0o755)
+		_ = os.Chown(dir, uid, gid)
+	}
 }
 
 // Open returns the Runtime for t, detected like hsbx does.
