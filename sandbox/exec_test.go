@@ -66,7 +66,7 @@ func TestStdinIsPassed(t *testing.T) {
 func TestCommandEnv(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
-		sb := e.manager().Sandbox(e.key("env"), e.spec())
+		sb := e.shared(t, false)
 		var out bytes.Buffer
 		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo [$X]"}, Env: map[string]string{"X": "a,b=c"}, Stdout: &out})
 		if err != nil || code != 0 || out.String() != "[a,b=c]\n" {
