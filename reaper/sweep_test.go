@@ -263,14 +263,16 @@ func TestSweepOnKubernetes(t *testing.T) {
 			}
 		}
 	}
-	exited1 := run("exited1", ours("a"), "sleep", "1")
-	exited2 := run("exited2", ours("b"), "sleep", "1")
+	// Each exits after 3 s: one that ended before kubectl saw it run is
+	// refused ("ended before it ran"), as a 1 s one was on a loaded machine.
+	exited1 := run("exited1", ours("a"), "sleep", "3")
+	exited2 := run("exited2", ours("b"), "sleep", "3")
 	running := run("running", ours("c"), "sleep", "infinity")
-	otherProfile := run("other", other, "sleep", "1")
-	notOurs := run("foreign", foreign, "sleep", "1")
+	otherProfile := run("other", other, "sleep", "3")
+	notOurs := run("foreign", foreign, "sleep", "3")
 	waitExited(exited1, exited2, otherProfile, notOurs)
 	time.Sleep(4 * time.Second) // the exited ones age past the max age
-	recent := run("recent", ours("d"), "sleep", "1")
+	recent := run("recent", ours("d"), "sleep", "3")
 	waitExited(recent)
 
 	// The cluster reports finish times late and to the second: place "now"
@@ -361,14 +363,18 @@ func TestPerProcessOfADeadCreatorEveryEngine(t *testing.T) {
 				return id
 			}
 			id := mk("swept")
-			// a command runs in it (from "another host": not this one's lock)
+			// a command runs in it (from "another host": not this one's
+			// lock) until the test says (a file appears) or a sweep ends
+			// it: a 4 s sleep ended before the sweep on a loaded machine.
+			gate := fmt.Sprintf("/tmp/hsbx-reap-go-%s", profile) // a fake sandbox's processes are the host's
+			t.Cleanup(func() { _ = os.Remove(gate) })
 			run := func(marker string) chan struct{} {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					spec := runtime.ExecSpec{ID: id, Cmd: []string{"sleep", "4"}}
+					spec := runtime.ExecSpec{ID: id, Cmd: []string{"sh", "-c", `while [ ! -e "$G" ]; do sleep 1; done`}, Env: map[string]string{"G": gate}}
 					if marker != "" {
-						spec.Env = map[string]string{runtime.ExecMarker: marker}
+						spec.Env[runtime.ExecMarker] = marker
 					}
 					_, _ = rt.Exec(ctx, spec)
 				}()
@@ -395,7 +401,13 @@ func TestPerProcessOfADeadCreatorEveryEngine(t *testing.T) {
 				if err != nil || len(rep.Removed) != 0 || len(rep.Kept) != 1 || !strings.Contains(rep.Kept[0].Reason, "in use: 1 live exec session") {
 					t.Fatalf("sweep with a foreign command running: removed %+v kept %+v errors %+v (%v)", rep.Removed, rep.Kept, rep.Errors, err)
 				}
+				if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"touch", gate}}); err != nil {
+					t.Fatal(err)
+				}
 				<-done
+				if _, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"rm", "-f", gate}}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			// The dead creator's own command (it carries the marker) is
 			// ended, and the sandbox goes.

@@ -331,12 +331,23 @@ func TestChannelPausedUnderACommand(t *testing.T) {
 		var out bytes.Buffer
 		done := make(chan error, 1)
 		var code int
+		// Paused once the command says it runs, with seconds to spare: a
+		// pause that lands after the command ended (on a loaded machine,
+		// a fixed 300 ms then a 1 s command) has no command to unpause it.
+		running := make(chan struct{})
 		go func() {
 			var err error
-			code, err = sb.Exec(execCtx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 1; echo x >> /tmp/ran; wc -l < /tmp/ran"}, Stdout: &out})
+			code, err = sb.Exec(execCtx, sandbox.Command{Argv: []string{"sh", "-c", "echo in >&2; sleep 5; echo x >> /tmp/ran; wc -l < /tmp/ran"},
+				Stdout: &out, Stderr: &signalWriter{once: running}})
 			done <- err
 		}()
-		time.Sleep(300 * time.Millisecond) // the command is in
+		select {
+		case <-running:
+		case err := <-done:
+			t.Fatalf("the command ended before it said it runs: %v", err)
+		case <-time.After(90 * time.Second):
+			t.Fatal("the command did not start within 90 s")
+		}
 		pause()
 		start := time.Now()
 		if err := <-done; err != nil || code != 0 || strings.TrimSpace(out.String()) != "1" {

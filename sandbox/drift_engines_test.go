@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -81,14 +82,21 @@ func TestDriftEveryEngine(t *testing.T) {
 			t.Fatalf("on_drift = error: %v", err)
 		}
 
-		// recreate while a command runs (this process's): kept.
+		// recreate while a command runs (this process's): kept. The
+		// command runs until the test says (a file appears), not for a
+		// time: on a loaded machine the checks below outlasted a 3 s one.
 		replace := changed
 		replace.OnDrift = sandbox.DriftRecreate
 		running := make(chan struct{})
 		done := make(chan error, 1)
+		gate := "/tmp/hsbx-drift-go-" + e.base // a fake sandbox's processes are the host's
+		if e.tg.Fake {
+			t.Cleanup(func() { _ = os.Remove(gate) })
+		}
 		go func() {
 			pr := &signalWriter{once: running}
-			_, err := m.Sandbox(key, spec).Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo started; exec sleep 3"}, Stdout: pr})
+			_, err := m.Sandbox(key, spec).Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo started; while [ ! -e "$G" ]; do sleep 1; done`},
+				Env: map[string]string{"G": gate}, Stdout: pr})
 			done <- err
 		}()
 		select {
@@ -106,6 +114,9 @@ func TestDriftEveryEngine(t *testing.T) {
 		}
 		if _, err := m.Sandbox(key, replace).Recreate(ctx); !errors.Is(err, sandbox.ErrBusy) {
 			t.Fatalf("Recreate while a command runs: %v", err)
+		}
+		if code, err := m.Sandbox(key, spec).Exec(ctx, sandbox.Command{Argv: []string{"touch", gate}}); err != nil || code != 0 {
+			t.Fatalf("touch %s: %d %v", gate, code, err)
 		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
