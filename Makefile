@@ -55,9 +55,11 @@ TEST_FIRST ?= ./sandbox ./internal/cli ./reaper ./cmd/hsbx . ./runtime/contract 
 # packages side by side, the engines' own work queued behind each other
 # and tests that time a command against the machine's pace failed.
 TEST_PARALLEL ?= 2
-# Where the tests' time summary goes (.ci/run prints it again at its end).
+# Where the tests' time summary goes (.ci/run prints it again at its end),
+# and the whole go test -json stream (every test's output and times).
 TEST_SUMMARY ?= /tmp/hsbx-test-summary.txt
-TESTREPORT = $(GO) run ./scripts/testreport -summary $(TEST_SUMMARY)
+TEST_JSON    ?= /tmp/hsbx-test.json
+TESTREPORT = $(GO) run ./scripts/testreport -summary $(TEST_SUMMARY) -raw $(TEST_JSON)
 # Sourced when present, so the tests reach the real engines and cluster.
 ENGINES_ENV  = if [ -f $(ENGINES_DIR)/env.sh ]; then . $(ENGINES_DIR)/env.sh; fi; \
 	if [ -f $(KUBE_DIR)/env.sh ]; then . $(KUBE_DIR)/env.sh; fi
