@@ -24,9 +24,10 @@ type event struct {
 
 // timing is one finished test or package.
 type timing struct {
-	name    string
+	name    string // the package, and the test's name after a space
 	seconds float64
 	result  string // pass, fail, skip
+	test    string // the test's name alone ("" for a package)
 }
 
 // report holds what has been read so far.
@@ -95,7 +96,7 @@ func (r *report) add(ev event) {
 			secs = max(secs, ev.Time.Sub(t0).Seconds())
 		}
 		delete(r.began, key)
-		r.tests = append(r.tests, timing{ev.Package + " " + ev.Test, secs, ev.Action})
+		r.tests = append(r.tests, timing{ev.Package + " " + ev.Test, secs, ev.Action, ev.Test})
 	case ev.Test == "" && (ev.Action == "pass" || ev.Action == "skip" || ev.Action == "fail"):
 		delete(r.started, ev.Package)
 		if ev.Action == "fail" {
@@ -109,7 +110,7 @@ func (r *report) add(ev event) {
 				}
 			}
 		}
-		r.packages = append(r.packages, timing{ev.Package, ev.Elapsed, ev.Action})
+		r.packages = append(r.packages, timing{ev.Package, ev.Elapsed, ev.Action, ""})
 	}
 }
 
@@ -144,13 +145,45 @@ func (r *report) summary(top int) string {
 		fmt.Fprintf(&b, "%9.1fs  %-4s  %s\n", p.seconds, p.result, p.name)
 	}
 	fmt.Fprintf(&b, "%9.1fs  in all packages (summed; they run side by side)\n", total)
-	tests := append([]timing(nil), r.tests...)
-	sort.SliceStable(tests, func(i, j int) bool { return tests[i].seconds > tests[j].seconds })
-	if len(tests) > top {
-		tests = tests[:top]
+	// A test with subtests is timed by them: its leaves (the tests with
+	// none, each from when it went on), and in all (the sum of its
+	// leaves: what it costs the run, whatever ran beside it).
+	parent := map[string]bool{}
+	for _, t := range r.tests {
+		pkg := strings.TrimSuffix(t.name, " "+t.test)
+		for p := t.test; strings.Contains(p, "/"); {
+			p = p[:strings.LastIndex(p, "/")]
+			parent[pkg+" "+p] = true
+		}
 	}
-	fmt.Fprintf(&b, "\n== the %d slowest tests (subtests included; a test's time is its wall time from when it went on, its parallel subtests in it)\n", len(tests))
-	for _, t := range tests {
+	var leaves []timing
+	cost := map[string]float64{}
+	for _, t := range r.tests {
+		if parent[t.name] {
+			continue
+		}
+		leaves = append(leaves, t)
+		topTest, _, _ := strings.Cut(t.test, "/")
+		cost[strings.TrimSuffix(t.name, " "+t.test)+" "+topTest] += t.seconds
+	}
+	var tops []timing
+	for name, s := range cost {
+		tops = append(tops, timing{name: name, seconds: s})
+	}
+	sort.SliceStable(leaves, func(i, j int) bool { return leaves[i].seconds > leaves[j].seconds })
+	sort.Slice(tops, func(i, j int) bool {
+		if tops[i].seconds != tops[j].seconds {
+			return tops[i].seconds > tops[j].seconds
+		}
+		return tops[i].name < tops[j].name
+	})
+	leaves, tops = leaves[:min(top, len(leaves))], tops[:min(top, len(tops))]
+	fmt.Fprintf(&b, "\n== the %d costliest tests (the time of all their subtests, added up)\n", len(tops))
+	for _, t := range tops {
+		fmt.Fprintf(&b, "%9.1fs  %s\n", t.seconds, t.name)
+	}
+	fmt.Fprintf(&b, "\n== the %d slowest single tests (subtests with none of their own, each from when it went on)\n", len(leaves))
+	for _, t := range leaves {
 		fmt.Fprintf(&b, "%9.1fs  %-4s  %s\n", t.seconds, t.result, t.name)
 	}
 	for p := range r.started {

@@ -39,7 +39,7 @@ func TestReportOfARealRun(t *testing.T) {
 		}
 	}
 	sum := r.summary(2)
-	for _, want := range []string{"test time by package", "tr/a", "tr/b", "the 2 slowest tests"} {
+	for _, want := range []string{"test time by package", "tr/a", "tr/b", "the 2 costliest tests", "the 2 slowest single tests"} {
 		if !strings.Contains(sum, want) {
 			t.Errorf("summary lacks %q:\n%s", want, sum)
 		}
@@ -114,8 +114,8 @@ func TestReportParentWallTime(t *testing.T) {
 	if err := r.read(strings.NewReader(stream)); err != nil {
 		t.Fatal(err)
 	}
-	if s := r.summary(30); !strings.Contains(s, "90.0s  pass  p TestEach\n") {
-		t.Errorf("the parent's wall time is not its time:\n%s", s)
+	if s := r.summary(30); !strings.Contains(s, "90.0s  p TestEach\n") || !strings.Contains(s, "90.0s  pass  p TestEach/docker\n") {
+		t.Errorf("the parent's cost is not its subtests', or the subtest is not listed:\n%s", s)
 	}
 }
 
