@@ -32,7 +32,6 @@ func (c *counter) WithGroup(string) slog.Handler             { return c }
 func TestSweepOnEveryEngine(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			ctx := context.Background()
 			calls := &counter{}
 			rt := tg.OpenWith(t, &proc.Runner{Log: slog.New(calls)})
@@ -121,7 +120,6 @@ func TestIdleSweepSparesALiveHolder(t *testing.T) {
 func idleSweepSparesBusy(t *testing.T, otherHost, viaChannel bool) {
 	for _, tg := range withKube(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			ctx := context.Background()
 			rt := tg.Open(t)
 			profile := fmt.Sprintf("hsbx-idletest-%d", time.Now().UnixNano()%1e9)
@@ -192,7 +190,6 @@ func idleSweepSparesBusy(t *testing.T, otherHost, viaChannel bool) {
 func TestIdleSweepIgnoresFailedExecs(t *testing.T) {
 	for _, tg := range withKube(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			ctx := context.Background()
 			rt := tg.Open(t)
 			profile := fmt.Sprintf("hsbx-typotest-%d", time.Now().UnixNano()%1e9)
@@ -340,7 +337,6 @@ func TestPerProcessOfADeadCreatorEveryEngine(t *testing.T) {
 	creator := strings.TrimSpace(string(boot)) + "/" + strconv.Itoa(dead.Process.Pid) // exited: no such process now
 	for _, tg := range withKube(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			ctx := context.Background()
 			rt := tg.Open(t)
 			kube := tg.Dialect() == runtime.Kubectl

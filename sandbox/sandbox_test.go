@@ -105,13 +105,14 @@ func (e *env) key(task string) sandbox.Key {
 
 // each runs fn on every target: the fakes, the real engines and the real
 // Kubernetes cluster (where a behaviour differs there by design, the test
-// says so with kube). The targets run side by side, and so do the tests
-// that use each: go test's -parallel of all their targets at once, from
-// one pool, so no test waits for the slowest engine of the one before
-// it. A target shares nothing on the host or in an engine but what it
-// names with its own e.base.
+// says so with kube). The targets run side by side (go test's -parallel
+// of them at once): they are different engines, and one after another
+// the real ones took the package past go test's timeout. A test's targets
+// share nothing on the host but what each names with its own e.base.
+// (One pool for every test's targets, the tests side by side too, was
+// tried: on this project's 2-core machine the engines' own work is the
+// limit, and the pool only made every test slower.)
 func each(t *testing.T, fn func(t *testing.T, e *env)) {
-	t.Parallel()
 	targets := enginetest.Targets(t)
 	if kt, ok := enginetest.KubeIfConfigured(t); ok {
 		targets = append(targets, kt)

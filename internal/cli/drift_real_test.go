@@ -21,7 +21,6 @@ func TestDriftRealEngines(t *testing.T) {
 			continue // the fakes: drift_*.txtar
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			task := fmt.Sprintf("drift-%d", time.Now().UnixNano())
 			base := append(append([]string{}, tg.environ...), "HSBX_TEST_HOLDER=1", "HSBX_TASK="+task)
 			t.Cleanup(func() { runMain(t, base, "down") })

@@ -27,7 +27,6 @@ func TestEgressOutlivesHsbxRealEngines(t *testing.T) {
 	for _, tg := range egressTargets(t) {
 		engineExec := tg.engineExec
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			host := enginetest.HostAddress(t)
 			ln, err := net.Listen("tcp4", host+":0")
 			if err != nil {

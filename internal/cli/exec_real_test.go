@@ -78,7 +78,6 @@ func (w *firstThenEPIPE) Write(p []byte) (int, error) {
 func TestExecBrokenPipeAndEnvRealEngines(t *testing.T) {
 	for _, tg := range cliTargets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			task := "pipe-" + filepath.Base(t.TempDir())
 			t.Cleanup(func() { runMain(t, tg.environ, "down", "--task", task) })
 			if code, _, errOut := runMain(t, tg.environ, "up", "--task", task); code != 0 {
@@ -115,7 +114,6 @@ func TestExecHungEngineRealEngines(t *testing.T) {
 			continue // the fakes: exec_hung_engine.txtar; rootless podman is driven through a wrapper that resets the endpoint
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			task := "hung-" + filepath.Base(t.TempDir())
 			sock := filepath.Join(t.TempDir(), "hung.sock")
 			l, err := net.Listen("unix", sock)
@@ -193,7 +191,6 @@ func TestTimeoutWithoutAShellRealEngines(t *testing.T) {
 			continue // the fakes: exec_timeout_no_shell.txtar
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			if image == "" {
 				if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
 					t.Fatal("HSBX_IT_IMAGE_NOSHELL unset (scripts/engines.sh makes it), but HSBX_REQUIRE_ENGINES=1")

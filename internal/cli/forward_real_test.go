@@ -24,7 +24,6 @@ import (
 func TestForwardCLI(t *testing.T) {
 	for _, tg := range cliTargets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			task := fmt.Sprintf("fwd-%d", time.Now().UnixNano())
 			env := append(append([]string{}, tg.environ...), "HSBX_TEST_MAIN=1")
 			t.Cleanup(func() { runMain(t, env, "down", "--task", task) })

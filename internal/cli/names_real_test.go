@@ -13,7 +13,6 @@ import (
 func TestNamesThatAreNotUTF8AreRefusedRealEngines(t *testing.T) {
 	for _, tg := range cliTargets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			for _, args := range [][]string{
 				{"up", "--task", "k\xff"},
 				{"exec", "--task", "j\xff\xfe", "--", "true"},

@@ -21,7 +21,6 @@ func TestExecOnAPausedSandboxRealEngines(t *testing.T) {
 			continue // the fakes' pause freezes no process
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			env := holderTestEnv(t, tg.environ)
 			task := fmt.Sprintf("paused-%d", time.Now().UnixNano())
 			t.Cleanup(func() { runMain(t, env, "down", "--task", task) })

@@ -25,8 +25,6 @@ func TestPerProcessSandboxOfAKilledCreatorRealEngines(t *testing.T) {
 			continue // the fakes: reap_per_process_creator_killed.txtar
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			// The engines side by side: each waits on its own.
-			t.Parallel()
 			task := fmt.Sprintf("eph-%d", time.Now().UnixNano()) // no run's leftover can match
 			env := append(append([]string{}, tg.environ...), "TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES=false", "HSBX_TEST_HOLDER=1")
 			t.Cleanup(func() {

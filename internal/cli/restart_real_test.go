@@ -19,7 +19,6 @@ func TestCommandAfterARestartRunsOnceRealEngines(t *testing.T) {
 			continue // the fakes have no restart
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			env := holderTestEnv(t, tg.environ)
 			task := fmt.Sprintf("restart-%d", time.Now().UnixNano())
 			t.Cleanup(func() { runMain(t, env, "down", "--task", task) })

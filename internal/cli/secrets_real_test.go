@@ -27,7 +27,6 @@ import (
 func TestSecretsThroughTheHolderRealEngines(t *testing.T) {
 	for _, tg := range egressTargets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			host := enginetest.HostAddress(t)
 			var mu sync.Mutex
 			var seen []string

@@ -22,7 +22,6 @@ import (
 func TestSessionsRealEngines(t *testing.T) {
 	for _, tg := range cliTargets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			run := t.TempDir()
 			if err := os.Chmod(run, 0o700); err != nil {
 				t.Fatal(err)

@@ -37,7 +37,6 @@ func TestChannelRefusesSquattedSocketBase(t *testing.T) {
 	}
 	for _, tg := range cliTargets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			// TMPDIR is the engine client's too: the rootless engine's
 			// user must reach it (t.TempDir is root's alone).
 			dir, err := os.MkdirTemp("", "hsbx-squat-")

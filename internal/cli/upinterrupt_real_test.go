@@ -25,7 +25,6 @@ func TestUpInterruptedRealEngines(t *testing.T) {
 			continue // the fakes: up_interrupted_create.txtar
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			delays := []time.Duration{80, 250}
 			if enginetest.Soak() {
 				delays = []time.Duration{30, 80, 150, 250, 400}

@@ -38,7 +38,6 @@ func kube(tg target) bool { return tg.Dialect() == runtime.Kubectl }
 func each(t *testing.T, fn func(t *testing.T, tg target, rt runtime.Runtime, prefix string)) {
 	for _, tg := range targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			rt := tg.Open(t)
 			prefix := fmt.Sprintf("hsbxct-%d-", time.Now().UnixNano()%1e9)
 			t.Cleanup(func() {
@@ -317,7 +316,6 @@ func TestUnreachable(t *testing.T) {
 			continue // real podman is daemonless locally; its unreachable case is --remote, covered by the fake and captures
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			tg.Env = append(tg.Env, "DOCKER_HOST=unix:///nonexistent/hsbx.sock", "CONTAINER_HOST=unix:///nonexistent/hsbx.sock")
 			if kube(tg) {
 				tg.Env = append(tg.Env, "KUBECONFIG="+unreachableKubeconfig(t))
@@ -366,7 +364,6 @@ func TestPullProgress(t *testing.T) {
 			continue
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel() // the engines side by side: each waits on its own
 			tg.Env = append(append([]string{}, tg.Env...), "FAKEENGINE_REGISTRY=hsbx-pullable:1")
 			rt := tg.Open(t)
 			var progress strings.Builder
