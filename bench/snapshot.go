@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -77,28 +78,32 @@ func snapshotRows(ctx context.Context, e *engine) []row {
 		})
 	rows = append(rows, ratioRow("a fork of that snapshot vs a cold `up` + `hsbx cp` of the same "+mb(size)+" in", fork, coldCopy, 1.0, ""))
 
-	par, seq := pair(ctx, e, 2,
+	nf, np := 10, 2 // forks at once, and pairs of runs
+	if *small {
+		nf, np = 3, 1
+	}
+	par, seq := pair(ctx, e, np,
 		func() time.Duration {
 			i++
 			prefix := fmt.Sprintf("par%d", i)
-			d := must(ctx, e.env, e.hsbx("snapshot", "fork", "--count", "10", "--prefix", prefix, "base")...).Elapsed
-			for k := 1; k <= 10; k++ {
+			d := must(ctx, e.env, e.hsbx("snapshot", "fork", "--count", strconv.Itoa(nf), "--prefix", prefix, "base")...).Elapsed
+			for k := 1; k <= nf; k++ {
 				down(fmt.Sprintf("%s-%d", prefix, k))
 			}
 			return d
 		},
 		func() time.Duration {
 			var d time.Duration
-			for k := 1; k <= 10; k++ {
+			for k := 1; k <= nf; k++ {
 				t := fmt.Sprintf("seq%d-%d", i, k)
 				d += must(ctx, e.env, e.hsbx("snapshot", "fork", "--to", t, "base")...).Elapsed
 			}
-			for k := 1; k <= 10; k++ {
+			for k := 1; k <= nf; k++ {
 				down(fmt.Sprintf("seq%d-%d", i, k))
 			}
 			return d
 		})
-	rows = append(rows, ratioRow("10 forks at once (`fork --count 10`) vs 10 one after another", par, seq, 0.75, ""))
+	rows = append(rows, ratioRow(fmt.Sprintf("%d forks at once (`fork --count %d`) vs %d one after another", nf, nf, nf), par, seq, 0.75, ""))
 
 	back, recreate := pair(ctx, e, n,
 		func() time.Duration {
