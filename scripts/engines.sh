@@ -6,8 +6,15 @@
 # dockerd knows as the runtime "runsc" and podman runs by its path. Idempotent:
 # a second run reuses what is there.
 #
-# Usage (as root):  scripts/engines.sh [DIR]         (DIR defaults to /tmp/hsbx-engines)
-#                   scripts/engines.sh --stop [DIR]  (stops the dockerd it started)
+# Everything the engines hold lives under DIR: dockerd's data root, and
+# podman's storage (rootful and rootless, by storage.conf files of this
+# script's), apart from the machine's own podman containers and images.
+#
+# Usage (as root):  scripts/engines.sh [DIR]          (DIR defaults to /tmp/hsbx-engines)
+#                   scripts/engines.sh --fresh [DIR]  (the same, first emptied of every
+#                                                     container, volume and image that
+#                                                     earlier runs left: CI's start)
+#                   scripts/engines.sh --stop [DIR]   (stops the dockerd it started)
 # Afterwards:       . DIR/env.sh                      (DOCKER_HOST, CONTAINERS_CONF, HSBX_IT_*)
 set -euo pipefail
 
@@ -21,6 +28,11 @@ if [ "${1:-}" = --stop ]; then
   exit 0
 fi
 
+fresh=
+if [ "${1:-}" = --fresh ]; then
+  fresh=1
+  shift
+fi
 dir=${1:-${HSBX_ENGINES_DIR:-/tmp/hsbx-engines}}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 image=hsbx-busybox
@@ -28,6 +40,30 @@ user=hsbxci
 
 say() { printf 'engines: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
+
+# empty NAME CLI...: with --fresh, remove every container, pod, volume and
+# image the engine holds (this script's own dockerd and podman storage:
+# nothing of the machine's), and say how many there were: what earlier
+# runs left makes every later engine call slower (podman reads them all).
+empty() {
+  [ -n "$fresh" ] || return 0
+  local name=$1 c v i
+  shift
+  c=$("$@" ps -aq 2>/dev/null | wc -l)
+  v=$("$@" volume ls -q 2>/dev/null | wc -l)
+  i=$("$@" image ls -q 2>/dev/null | sort -u | wc -l)
+  say "$name held $c containers, $v volumes and $i images from earlier runs: removing them (--fresh)"
+  if [ "$name" = docker ]; then
+    "$@" ps -aq | xargs -r "$@" rm -f >/dev/null
+  else
+    "$@" pod rm -af >/dev/null 2>&1 || true
+    "$@" rm -af -t 0 >/dev/null
+  fi
+  "$@" volume ls -q | xargs -r "$@" volume rm -f >/dev/null
+  "$@" image ls -q | sort -u | xargs -r "$@" rmi -f >/dev/null 2>&1 || true
+  c=$("$@" ps -aq | wc -l)
+  [ "$c" = 0 ] || die "$name still holds $c containers after emptying it"
+}
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts dockerd)"
 
@@ -48,6 +84,32 @@ conf="$dir/containers.conf"
 cp "$here/containers.conf" "$conf"
 chmod 0644 "$conf"
 export CONTAINERS_CONF="$conf"
+
+# --- podman's storage: under DIR, rootful and rootless -----------------------
+# The storage driver each had when podman chose it on this machine kind:
+# overlay for root, vfs for the rootless user (no /dev/fuse for
+# fuse-overlayfs). The rootless user's directory is made below, with the user.
+storage="$dir/storage.conf"
+storage_rootless="$dir/storage-rootless.conf"
+mkdir -p "$dir/podman"
+chmod 0755 "$dir/podman"
+cat >"$storage" <<CONF
+# written by scripts/engines.sh: the project's rootful podman keeps its
+# containers and images here (CONTAINERS_STORAGE_CONF), not in the machine's.
+[storage]
+driver = "overlay"
+graphroot = "$dir/podman/root"
+runroot = "$dir/podman/run"
+CONF
+cat >"$storage_rootless" <<CONF
+# written by scripts/engines.sh: the project's rootless podman user keeps its
+# containers and images here, not in its home.
+[storage]
+driver = "vfs"
+rootless_storage_path = "$dir/podman/rootless"
+CONF
+chmod 0644 "$storage" "$storage_rootless"
+export CONTAINERS_STORAGE_CONF="$storage"
 
 # --- gVisor: Debian's runsc behind the project's wrapper (see there) -------
 gvisor="$dir/gvisor/runsc"
@@ -88,6 +150,9 @@ if ! "$dockercli" version >/dev/null 2>&1; then
   done
   "$dockercli" version >/dev/null 2>&1 || { tail -20 "$dir/dockerd.log" >&2; die "dockerd did not come up"; }
 fi
+
+empty docker "$dockercli"
+empty podman podman
 
 # --- the image: a busybox rootfs, no registry needed -------------------------
 # rootfs TARBALL WORKDIR BUSYBOX LOGIN_SHELL [COMMAND...]: a rootfs of one
@@ -160,6 +225,7 @@ grep -q "^$user:" /etc/subgid || echo "$user:200000:65536" >>/etc/subgid
 uid=$(id -u "$user")
 rundir="$dir/rootless-run"
 mkdir -p "$rundir" && chown "$user:" "$rundir" && chmod 0700 "$rundir"
+mkdir -p "$dir/podman/rootless" && chown "$user:" "$dir/podman/rootless" && chmod 0700 "$dir/podman/rootless"
 chmod 0755 "$dir"
 # A wrapper that runs podman as the rootless user while keeping the caller's
 # environment (hsbx passes secret env values through it, never on argv).
@@ -168,7 +234,7 @@ mkdir -p "$dir/bin"
 cat >"$wrapper" <<WRAP
 #!/bin/sh
 exec setpriv --reuid=$uid --regid=$(id -g "$user") --init-groups \\
-  env HOME=/home/$user USER=$user XDG_RUNTIME_DIR=$rundir CONTAINERS_CONF=$conf \\
+  env HOME=/home/$user USER=$user XDG_RUNTIME_DIR=$rundir CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage_rootless \\
   /usr/bin/podman "\$@"
 WRAP
 chmod 0755 "$wrapper"
@@ -183,6 +249,7 @@ if ! "$wrapper" info >/dev/null 2>&1; then
   "$wrapper" system migrate >/dev/null 2>&1 || true
   "$wrapper" info >/dev/null 2>&1 || { "$wrapper" info 2>&1 | tail -5 >&2; die "rootless podman does not answer after podman system migrate"; }
 fi
+empty "podman (rootless)" "$wrapper"
 "$wrapper" image exists "localhost/$image" || "$wrapper" import "$tarball" "$image" >/dev/null
 "$wrapper" image exists "localhost/$noshell" || "$wrapper" import "$noshell_tarball" "$noshell" >/dev/null
 "$wrapper" image exists "localhost/$arm_image" || "$wrapper" import --arch arm64 "$arm_tarball" "$arm_image" >/dev/null
@@ -192,7 +259,7 @@ fi
 cat >"$dir/bin/as-rootless" <<WRAP
 #!/bin/sh
 exec setpriv --reuid=$uid --regid=$(id -g "$user") --init-groups \\
-  env HOME=/home/$user USER=$user XDG_RUNTIME_DIR=$rundir CONTAINERS_CONF=$conf "\$@"
+  env HOME=/home/$user USER=$user XDG_RUNTIME_DIR=$rundir CONTAINERS_CONF=$conf CONTAINERS_STORAGE_CONF=$storage_rootless "\$@"
 WRAP
 chmod 0755 "$dir/bin/as-rootless"
 
@@ -205,6 +272,7 @@ cat >"$dir/env.sh" <<ENV
 # written by scripts/engines.sh — source it to reach the real engines
 export DOCKER_HOST=$DOCKER_HOST
 export CONTAINERS_CONF=$conf
+export CONTAINERS_STORAGE_CONF=$storage
 export HSBX_IT_IMAGE=$image
 export HSBX_IT_IMAGE_ARM64=$arm_image
 export HSBX_IT_IMAGE_NOSHELL=$noshell
