@@ -101,11 +101,16 @@ driver = "overlay"
 graphroot = "$dir/podman/root"
 runroot = "$dir/podman/run"
 CONF
+# (runroot is the one rootless podman takes by default, in the user's
+# XDG_RUNTIME_DIR; podman commit fails without graphroot and runroot:
+# "runroot must be set", "graphroot must be set".)
 cat >"$storage_rootless" <<CONF
 # written by scripts/engines.sh: the project's rootless podman user keeps its
 # containers and images here, not in its home.
 [storage]
 driver = "vfs"
+runroot = "$dir/rootless-run/containers"
+graphroot = "$dir/podman/rootless"
 rootless_storage_path = "$dir/podman/rootless"
 CONF
 chmod 0644 "$storage" "$storage_rootless"
