@@ -54,14 +54,12 @@ func (p *Proxy) brokerPlain(c Conn, br *bufio.Reader, up net.Conn, forward []byt
 		refuseSecret(c, rec, &exfiltrationError{secret: sec.Name, dest: dest})
 		return
 	}
-	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(held), r.Body))
+	// The body is watched as it is decoded (a placeholder split across
+	// two chunks is one placeholder), the head was looked at above.
+	r.Body = io.NopCloser(&watchReader{r: io.MultiReader(bytes.NewReader(held), r.Body), sc: &scanner{b: p.Broker, dest: dest, w: io.Discard}})
 	keepUserAgent(r)
 	out := &countWriter{w: up}
-	sc := &scanner{b: p.Broker, dest: dest, w: out}
-	err = r.Write(sc)
-	if err == nil {
-		err = sc.flush()
-	}
+	err = r.Write(out)
 	rec.BytesOut = out.n
 	var ex *exfiltrationError
 	if errors.As(err, &ex) {
@@ -138,6 +136,13 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 		begin := time.Now()
 		one := rec
 		one.Time, one.Method = begin, r.Method
+		if err := checkHost(r, host, port); err != nil {
+			// Each request on its own: a pipelined second one to
+			// another host is refused as the first would be.
+			refuseSecret(inner, &one, err)
+			p.log(one, begin)
+			return
+		}
 		used, err := p.Broker.inject(r, ours, dest)
 		if err != nil {
 			refuseSecret(inner, &one, err)
@@ -156,23 +161,37 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 			p.log(one, begin)
 			return
 		}
-		r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(held), r.Body))
+		r.Body = io.NopCloser(&watchReader{r: io.MultiReader(bytes.NewReader(held), r.Body), sc: &scanner{b: p.Broker, ok: ours, dest: dest, w: io.Discard}})
 		keepUserAgent(r)
+		// The answer is read to replace the values in it: in an
+		// encoding the relay can read.
+		r.Header.Set("Accept-Encoding", "identity")
+		r.Header.Del("TE")
 		out := &countWriter{w: outer}
-		sc := &scanner{b: p.Broker, ok: ours, dest: dest, w: out}
-		err = r.Write(sc)
-		if err == nil {
-			err = sc.flush()
-		}
-		if err != nil {
-			one.Error, one.BytesOut = err.Error(), out.n
+		if err := r.Write(out); err != nil {
+			var ex *exfiltrationError
+			if errors.As(err, &ex) {
+				refuseSecret(inner, &one, err)
+			} else {
+				one.Error = err.Error()
+			}
+			one.BytesOut = out.n
 			p.log(one, begin)
 			return
 		}
 		resp, err := http.ReadResponse(ur, r)
 		if err != nil {
 			one.Error, one.BytesOut = err.Error(), out.n
-			reply(inner, 502, "Bad Gateway", "hsbx egress: "+dest+": "+err.Error()+"\n")
+			reply(inner, 502, "Bad Gateway", "hsbx egress: "+dest+": "+p.Broker.newUnbroker().string(err.Error())+"\n")
+			p.log(one, begin)
+			return
+		}
+		// Nothing the host answers hands a value back to the sandbox.
+		un, err := p.Broker.unbrokerResponse(resp, r)
+		if err != nil {
+			_ = resp.Body.Close()
+			one.Error, one.BytesOut = err.Error(), out.n
+			reply(inner, 502, "Bad Gateway", "hsbx egress: "+dest+": "+un.string(err.Error())+"\n")
 			p.log(one, begin)
 			return
 		}
@@ -184,18 +203,44 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 			one.Error = err.Error()
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols && err == nil {
-			// An upgrade (a WebSocket): raw both ways from here.
-			o, i := splice(tlsConn{inner}, outer, nil)
+			// An upgrade (a WebSocket): raw both ways from here, the
+			// way back still rid of the values.
+			back := &unbrokerWriter{u: un, w: inner, release: upgradeRelease}
+			o, i := spliceVia(tlsConn{inner}, outer, nil, nil, back)
 			one.BytesOut, one.BytesIn = one.BytesOut+o, one.BytesIn+i
+			one.Rewritten = un.n
 			p.log(one, begin)
 			return
 		}
+		one.Rewritten = un.n
 		p.log(one, begin)
 		if err != nil || r.Close || resp.Close {
 			return
 		}
 	}
 }
+
+// watchReader is a request body read through a scanner: the read that
+// would complete a placeholder fails instead.
+type watchReader struct {
+	r  io.Reader
+	sc *scanner
+}
+
+func (w *watchReader) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if n > 0 {
+		if _, serr := w.sc.Write(p[:n]); serr != nil {
+			return 0, serr
+		}
+	}
+	return n, err
+}
+
+// upgradeRelease is how long the way back of an upgraded connection
+// holds what may begin a value before it lets it go: a protocol whose
+// message ends as a value begins is slowed this much, never stalled.
+const upgradeRelease = 50 * time.Millisecond
 
 // bodyScan is how much of a plain HTTP request's body is read and looked
 // at before the request is sent on.

@@ -234,6 +234,17 @@ func ReadCA(dir, nonce string) (*CA, error) {
 	return LoadCA(certPEM, keyPEM)
 }
 
+// RemoveCA removes the CA files of nonce's sandbox from dir (the sandbox
+// is gone: its CA's key goes with it).
+func RemoveCA(dir, nonce string) {
+	if dir == "" || nonce == "" || strings.ContainsAny(nonce, "/\\.") {
+		return
+	}
+	certPath, keyPath := caFiles(dir, nonce)
+	_ = os.Remove(keyPath)
+	_ = os.Remove(certPath)
+}
+
 // PruneCAs removes the CA files in dir of every nonce but keep (the
 // sandboxes they belonged to are gone: one sandbox a key).
 func PruneCAs(dir, keep string) {

@@ -68,6 +68,9 @@ type Record struct {
 	// Secrets are the brokered secrets whose values went into the
 	// request (by name: a value is never logged).
 	Secrets []string `json:"secrets,omitempty"`
+	// Rewritten counts the values the response carried back, each
+	// replaced by its placeholder before the sandbox got it.
+	Rewritten int `json:"rewritten,omitempty"`
 }
 
 // maxHead bounds a request's head.
@@ -96,6 +99,16 @@ func (p *Proxy) Serve(ctx context.Context, c Conn) {
 		// Before any lookup: a name carrying a placeholder would take it
 		// to a name server.
 		refuseSecret(c, &rec, &exfiltrationError{secret: sec.Name, dest: "the name " + clip(req.host)})
+		p.log(rec, start)
+		return
+	}
+	if req.named != "" && !sameAuthority(req.named, req.host, req.port, 80) {
+		// The address is decided by the target; a Host naming another
+		// would reach whatever else that server (a CDN, a load
+		// balancer) serves.
+		reason := fmt.Sprintf("the request's Host %q names another host than its target %s", clip(req.named), net.JoinHostPort(req.host, strconv.Itoa(req.port)))
+		rec.Reason = reason
+		reply(c, 403, "Forbidden", "hsbx egress: refused: "+reason+"\n")
 		p.log(rec, start)
 		return
 	}
@@ -139,7 +152,7 @@ func (p *Proxy) Serve(ctx context.Context, c Conn) {
 			first = append(first, b...)
 		}
 		sc := &scanner{b: p.Broker, dest: dest, w: up}
-		rec.BytesOut, rec.BytesIn = spliceVia(c, up, first, sc)
+		rec.BytesOut, rec.BytesIn = spliceVia(c, up, first, sc, nil)
 		if sc.err != nil {
 			rec.Allowed, rec.Rule, rec.Reason = false, "", sc.err.Error()
 		}
@@ -204,12 +217,13 @@ const copyBuf = 128 << 10
 // splice copies both ways until both are done; a side's end of data is
 // passed on as a half close. It returns the bytes each way.
 func splice(c Conn, up net.Conn, first []byte) (out, in int64) {
-	return spliceVia(c, up, first, nil)
+	return spliceVia(c, up, first, nil, nil)
 }
 
 // spliceVia is splice with what goes out written through sc (nil: none),
-// which watches it for placeholders and is flushed at the end.
-func spliceVia(c Conn, up net.Conn, first []byte, sc *scanner) (out, in int64) {
+// which watches it for placeholders and is flushed at the end, and what
+// comes back written through back (nil: straight to c).
+func spliceVia(c Conn, up net.Conn, first []byte, sc *scanner, back io.Writer) (out, in int64) {
 	var w io.Writer = up
 	if sc != nil {
 		w = sc
@@ -246,7 +260,13 @@ func spliceVia(c Conn, up net.Conn, first []byte, sc *scanner) (out, in int64) {
 			_ = up.Close()
 		}
 	}()
-	in, _ = io.CopyBuffer(struct{ io.Writer }{c}, struct{ io.Reader }{up}, make([]byte, copyBuf))
+	if back == nil {
+		back = c
+	}
+	in, _ = io.CopyBuffer(struct{ io.Writer }{back}, struct{ io.Reader }{up}, make([]byte, copyBuf))
+	if f, ok := back.(*unbrokerWriter); ok {
+		f.flush()
+	}
 	_ = c.CloseWrite()
 	wg.Wait()
 	return sent.Load(), in
@@ -260,6 +280,8 @@ type head struct {
 	// line, the proxy's own headers dropped, the connection closed after
 	// one exchange (the next request may be for another host).
 	forward []byte
+	// named is a plain HTTP request's Host header ("": none).
+	named string
 }
 
 func readHead(br *bufio.Reader) (head, error) {
@@ -321,6 +343,12 @@ func readHead(br *bufio.Reader) (head, error) {
 		switch strings.ToLower(strings.TrimSpace(name)) {
 		case "proxy-connection", "proxy-authorization", "connection", "keep-alive":
 			continue
+		case "host":
+			_, v, _ := strings.Cut(l, ":")
+			if h.named != "" {
+				return h, fmt.Errorf("%w: more than one Host header", errBadRequest)
+			}
+			h.named = strings.TrimSpace(v)
 		}
 		b.WriteString(l + "\r\n")
 	}

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -35,14 +37,23 @@ type Secret struct {
 	// under one) or addresses, each with an optional :PORT.
 	Hosts []string `json:"hosts"`
 	// Header, when set ("Authorization: Bearer {}"), is set on every
-	// request to Hosts with the value in place of {}; without it the
-	// value replaces the placeholder wherever it appears in a request's
-	// target and headers.
+	// request to Hosts with the value in place of {}; the value also
+	// replaces the placeholder in a request's header values (never in a
+	// cookie, the path or the query unless In names them).
 	Header string `json:"header,omitempty"`
+	// In names the places beyond header values the value may be put
+	// when the placeholder is there: "path", "query", "cookie" (a server
+	// that repeats them — a 404 page, a log, a redirect — sees the value
+	// where a credential was not expected).
+	In []string `json:"in,omitempty"`
 	// Placeholder is what the sandbox sees in the value's place:
 	// PlaceholderPrefix and 32 random hex digits, new for each sandbox.
 	Placeholder string `json:"placeholder"`
 }
+
+// Places are where a value may go beyond header values, when a secret's
+// In names them.
+func Places() []string { return []string{"path", "query", "cookie"} }
 
 var secretName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -70,6 +81,11 @@ func CheckSecret(s Secret) error {
 		}
 		if !r.IsName() && r.Prefix.Bits() != r.Prefix.Addr().BitLen() {
 			return fmt.Errorf("secret %s: host %q: a secret goes to a host name or one address, not a range", s.Name, h)
+		}
+	}
+	for _, p := range s.In {
+		if !slices.Contains(Places(), p) {
+			return fmt.Errorf("secret %s: in %q: the places a value may go beyond headers are %s", s.Name, p, strings.Join(Places(), ", "))
 		}
 	}
 	if s.Header != "" {
@@ -115,6 +131,11 @@ type Values func(name string) (string, error)
 type Broker struct {
 	Secrets []Secret
 	Values  Values
+	// Declared, when set, are the hosts each secret may go to by the
+	// configuration of the process that relays: a value goes to a host
+	// that both it and the sandbox's label name (a secret it does not
+	// name goes nowhere).
+	Declared map[string][]string
 	// CA signs the certificates the relay shows the sandbox for the
 	// secrets' hosts (nil: those hosts are refused, never passed through
 	// with the placeholder).
@@ -133,10 +154,30 @@ func (b *Broker) For(host string, port int) []Secret {
 		return nil
 	}
 	var out []Secret
+	covered := func(rs []Rule) bool {
+		return slices.ContainsFunc(rs, func(r Rule) bool { return r.covers(host, port) })
+	}
 	for _, s := range b.Secrets {
-		if slices.ContainsFunc(s.rules(), func(r Rule) bool { return r.covers(host, port) }) {
-			out = append(out, s)
+		if !covered(s.rules()) {
+			continue
 		}
+		if b.Declared != nil {
+			now, _ := ParseRules(b.Declared[s.Name])
+			if !covered(now) {
+				continue
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// DeclaredBy are the hosts sources declare for each secret (for
+// Broker.Declared).
+func DeclaredBy(sources []Source) map[string][]string {
+	out := map[string][]string{}
+	for _, s := range sources {
+		out[s.Name] = s.Hosts
 	}
 	return out
 }
@@ -194,10 +235,21 @@ func (e *exfiltrationError) Error() string {
 	return fmt.Sprintf("the placeholder of secret %s was sent to %s, which may not receive it: refused as an exfiltration attempt", e.secret, e.dest)
 }
 
+// placementError is a placeholder where its secret's value may not go.
+type placementError struct {
+	secret, place string
+}
+
+func (e *placementError) Error() string {
+	return fmt.Sprintf("the placeholder of secret %s is in the request's %s, where its value may not go (a server that repeats it would hand it back); put it in a header, or list %q in the secret's `in`", e.secret, e.place, e.place)
+}
+
 // inject rewrites r, a request to dest whose secrets are ours (the
-// secrets dest may receive): their placeholders in the target and the
-// headers get the values, Header templates are set; a placeholder of any
-// other secret is an *exfiltrationError. It returns the names injected.
+// secrets dest may receive): their placeholders in header values get the
+// values (in the path, query and cookies only where a secret's In says
+// so), Header templates are set; a placeholder of any other secret is an
+// *exfiltrationError, one where its own may not go a *placementError. It
+// returns the names injected.
 func (b *Broker) inject(r *http.Request, ours []Secret, dest string) ([]string, error) {
 	head := r.URL.String() + "\n"
 	for k, vs := range r.Header {
@@ -223,27 +275,44 @@ func (b *Broker) inject(r *http.Request, ours []Secret, dest string) ([]string, 
 			value = v
 			return v, nil
 		}
+		may := func(place string) error {
+			if slices.Contains(s.In, place) {
+				return nil
+			}
+			return &placementError{secret: s.Name, place: place}
+		}
 		hit := false
-		if strings.Contains(r.URL.RawQuery, s.Placeholder) || strings.Contains(r.URL.Path, s.Placeholder) {
+		for place, part := range map[string]*string{"query": &r.URL.RawQuery, "path": &r.URL.Path} {
+			if !strings.Contains(*part, s.Placeholder) {
+				continue
+			}
+			if err := may(place); err != nil {
+				return nil, err
+			}
 			v, err := get()
 			if err != nil {
 				return nil, err
 			}
-			r.URL.RawQuery = strings.ReplaceAll(r.URL.RawQuery, s.Placeholder, v)
-			r.URL.Path = strings.ReplaceAll(r.URL.Path, s.Placeholder, v)
+			*part = strings.ReplaceAll(*part, s.Placeholder, v)
 			r.URL.RawPath = ""
 			hit = true
 		}
 		for k, vs := range r.Header {
 			for i, hv := range vs {
-				if strings.Contains(hv, s.Placeholder) {
-					v, err := get()
-					if err != nil {
+				if !strings.Contains(hv, s.Placeholder) {
+					continue
+				}
+				if http.CanonicalHeaderKey(k) == "Cookie" {
+					if err := may("cookie"); err != nil {
 						return nil, err
 					}
-					r.Header[k][i] = strings.ReplaceAll(hv, s.Placeholder, v)
-					hit = true
 				}
+				v, err := get()
+				if err != nil {
+					return nil, err
+				}
+				r.Header[k][i] = strings.ReplaceAll(hv, s.Placeholder, v)
+				hit = true
 			}
 		}
 		if s.Header != "" {
@@ -260,6 +329,50 @@ func (b *Broker) inject(r *http.Request, ours []Secret, dest string) ([]string, 
 		}
 	}
 	return used, nil
+}
+
+// hostError is a request on a brokered connection that names another
+// host than the connection's.
+type hostError struct{ named, dest string }
+
+func (e *hostError) Error() string {
+	return fmt.Sprintf("the request names host %q on a connection to %s: a secret's value goes only to the host the connection was made for", clip(e.named), e.dest)
+}
+
+// sameAuthority says whether named (a Host header: host, host:port,
+// [v6]:port) names host and port, its port defaulting to defPort.
+func sameAuthority(named, host string, port, defPort int) bool {
+	h, p, err := net.SplitHostPort(named)
+	if err != nil {
+		h, p = strings.Trim(named, "[]"), strconv.Itoa(defPort)
+	}
+	same := strings.EqualFold(strings.TrimSuffix(h, "."), strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	return same && p == strconv.Itoa(port)
+}
+
+// checkHost makes sure r, read on a connection to host:port, names that
+// host and port (Host, or an absolute target's authority; none: the
+// connection's is set).
+func checkHost(r *http.Request, host string, port int) error {
+	dest := net.JoinHostPort(host, strconv.Itoa(port))
+	named := r.Host
+	if r.URL.Host != "" && r.URL.Host != named {
+		return &hostError{named: r.URL.Host, dest: dest}
+	}
+	if named == "" {
+		r.Host = dest
+		if port == 443 {
+			r.Host = host
+			if strings.Contains(host, ":") {
+				r.Host = "[" + host + "]"
+			}
+		}
+		return nil
+	}
+	if !sameAuthority(named, host, port, 443) {
+		return &hostError{named: named, dest: dest}
+	}
+	return nil
 }
 
 // scanner watches bytes on their way out for a placeholder: a write
@@ -306,8 +419,11 @@ var errNoCA = errors.New("no certificate authority for this sandbox's secrets on
 // each request (so a new value in the file applies to the next one).
 type Source struct {
 	Name string `json:"name"`
-	Env  string `json:"env,omitempty"`
-	File string `json:"file,omitempty"`
+	// Hosts are the hosts the configuration that names this source
+	// declares for the secret now (Broker.Declared).
+	Hosts []string `json:"hosts,omitempty"`
+	Env   string   `json:"env,omitempty"`
+	File  string   `json:"file,omitempty"`
 }
 
 // maxValue bounds a secret's value read from a file.
