@@ -255,12 +255,13 @@ type Secret struct {
 	Name   string   `json:"name"`
 	Hosts  []string `json:"hosts"`
 	Header string   `json:"header,omitempty"`
+	In     []string `json:"in,omitempty"`
 	Env    string   `json:"env,omitempty"`
 	File   string   `json:"file,omitempty"`
 }
 
 func (d Secret) secret() sandbox.Secret {
-	return sandbox.Secret{Name: d.Name, Hosts: d.Hosts, Header: d.Header, Env: d.Env, File: d.File}
+	return sandbox.Secret{Name: d.Name, Hosts: d.Hosts, Header: d.Header, In: d.In, Env: d.Env, File: d.File}
 }
 
 // decodeSecrets reads secrets strictly (an unknown key is an error: a

@@ -130,6 +130,7 @@ func (s Spec) configSettings(uid, gid int) [][2]string {
 		{"shm_size", s.ShmSize},
 		{"network", b(s.Network)},
 		{"egress_allow", s.egressSetting()},
+		{"secrets", s.secretsSetting()},
 		{"oci_runtime", s.OCIRuntime},
 		{"run_as_host_user", hostUser},
 		{"mount_cwd_to_workspace", b(s.MountCwdToWorkspace)},

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -155,12 +156,21 @@ func TestBuildRunSecrets(t *testing.T) {
 	moved := s
 	moved.Egress = &Egress{Allow: s.Egress.Allow, Secrets: append([]Secret(nil), s.Egress.Secrets...)}
 	moved.Egress.Secrets[0].Env, moved.Egress.Secrets[0].File = "", "/elsewhere"
-	if moved.egressSetting() != s.egressSetting() {
-		t.Error("moving a value's source is drift")
+	if got := driftBetween(s.labelValue(1, 1), moved.labelValue(1, 1)); got != nil {
+		t.Errorf("moving a value's source is drift: %v", got)
 	}
-	moved.Egress.Secrets[0].Hosts = []string{"evil.example"}
-	if moved.egressSetting() == s.egressSetting() {
-		t.Error("another host for a secret is not drift")
+	for what, f := range map[string]func(*Secret){
+		"another host":   func(x *Secret) { x.Hosts = []string{"evil.example"} },
+		"another header": func(x *Secret) { x.Header = "X-Key: {}" },
+		"another place":  func(x *Secret) { x.In = []string{"query"} },
+		"another name":   func(x *Secret) { x.Name = "OTHER" },
+	} {
+		changed := moved
+		changed.Egress = &Egress{Allow: s.Egress.Allow, Secrets: append([]Secret(nil), s.Egress.Secrets...)}
+		f(&changed.Egress.Secrets[0])
+		if got := driftBetween(s.labelValue(1, 1), changed.labelValue(1, 1)); !slices.Equal(got, []string{"secrets"}) {
+			t.Errorf("%s for a secret: drift %v, want [secrets]", what, got)
+		}
 	}
 }
 
@@ -173,6 +183,11 @@ func TestSpecRefusesBadSecrets(t *testing.T) {
 		"a bad name":       {Name: "A-B", Hosts: []string{"a.example"}, Env: "A"},
 		"a proxy variable": {Name: "HTTPS_PROXY", Hosts: []string{"a.example"}, Env: "A"},
 		"a CA variable":    {Name: "SSL_CERT_FILE", Hosts: []string{"a.example"}, Env: "A"},
+		"PATH":             {Name: "PATH", Hosts: []string{"a.example"}, Env: "A"},
+		"HOME":             {Name: "HOME", Hosts: []string{"a.example"}, Env: "A"},
+		"a loader one":     {Name: "LD_PRELOAD", Hosts: []string{"a.example"}, Env: "A"},
+		"hsbx's own":       {Name: "HSBX_TASK", Hosts: []string{"a.example"}, Env: "A"},
+		"a bad place":      {Name: "A", Hosts: []string{"a.example"}, Env: "A", In: []string{"body"}},
 	} {
 		s := DefaultSpec()
 		s.Network, s.Egress = false, &Egress{Secrets: []Secret{sec}}
@@ -185,5 +200,22 @@ func TestSpecRefusesBadSecrets(t *testing.T) {
 	s.Network, s.Egress = false, &Egress{Secrets: []Secret{{Name: "A", Hosts: []string{"a.example"}, Env: "A"}, {Name: "A", Hosts: []string{"b.example"}, Env: "B"}}}
 	if err := s.Validate(); err == nil {
 		t.Error("one name twice: no error")
+	}
+	// Nothing else carries a value in or takes a placeholder's place.
+	for setting, f := range map[string]func(*Spec){
+		"env":         func(s *Spec) { s.Env = map[string]string{"API_KEY": "x"} },
+		"forward_env": func(s *Spec) { s.ForwardEnv = []string{"HOST_KEY"} }, // the secret's source
+	} {
+		s := DefaultSpec()
+		s.Network, s.Egress = false, &Egress{Secrets: []Secret{{Name: "API_KEY", Hosts: []string{"a.example"}, Env: "HOST_KEY"}}}
+		f(&s)
+		var se *SpecError
+		if err := s.Validate(); !errors.As(err, &se) || se.Setting != setting {
+			t.Errorf("%s: %v, want a %s SpecError", setting, err, setting)
+		}
+	}
+	s.Egress, s.ForwardEnv = &Egress{Secrets: []Secret{{Name: "API_KEY", Hosts: []string{"a.example"}, Env: "HOST_KEY"}}}, []string{"API_KEY"}
+	if err := s.Validate(); err == nil {
+		t.Error("forward_env naming the secret: no error")
 	}
 }

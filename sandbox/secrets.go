@@ -29,10 +29,13 @@ type Secret struct {
 	// reachable whatever the allow-list says.
 	Hosts []string
 	// Header, when set ("Authorization: Bearer {}"), is set on every
-	// request to Hosts with the value in place of {}; without it the value
-	// replaces the placeholder wherever it appears in a request's target
-	// and headers.
+	// request to Hosts with the value in place of {}; the value also
+	// replaces the placeholder in any header's value.
 	Header string
+	// In names the places beyond header values where the value replaces
+	// the placeholder: "path", "query", "cookie" (egress.Places). A
+	// placeholder anywhere else in a request to Hosts is refused.
+	In []string
 	// Where the value is on the host, read when a request needs it (a new
 	// value applies to the next request): exactly one of the environment
 	// variable Env, the file File, or Value (the Go package only: the hsbx
@@ -53,10 +56,41 @@ const (
 // caVars are the variables common clients read their CA bundle from.
 var caVars = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "NODE_OPTIONS"}
 
+// steers says whether name is a variable that steers the sandbox's
+// processes or its relay: a placeholder in its place would break them,
+// and a secret there would be a way to replace them.
+func steers(name string) bool {
+	up := strings.ToUpper(name)
+	switch up {
+	case "PATH", "HOME", "SHELL", "USER", "PWD", "TMPDIR", "IFS", "ENV", "BASH_ENV":
+		return true
+	}
+	return slices.Contains(caVars, name) || strings.HasSuffix(up, "_PROXY") || strings.HasPrefix(up, "LD_") || strings.HasPrefix(up, "HSBX_")
+}
+
+// checkSecretsAgainstEnv refuses a sandbox whose other variables would
+// carry a secret's value in or take its placeholder's place: a forwarded
+// variable that is a secret's source (its value would be in the
+// sandbox's environment and the engine's record), or a secret's name in
+// env or forward_env.
+func (s Spec) checkSecretsAgainstEnv() error {
+	for _, sec := range s.Egress.Secrets {
+		if _, ok := s.Env[sec.Name]; ok {
+			return &SpecError{"env", fmt.Sprintf("%s is a brokered secret's name (the sandbox sees its placeholder there); remove it from env", sec.Name)}
+		}
+		for _, f := range s.ForwardEnv {
+			if f == sec.Name || (sec.Env != "" && f == sec.Env) {
+				return &SpecError{"forward_env", fmt.Sprintf("%s would carry secret %s's value into the sandbox (it is the secret's name or where its value is); remove it from forward_env: the sandbox sees the placeholder under %s", f, sec.Name, sec.Name)}
+			}
+		}
+	}
+	return nil
+}
+
 func (e *Egress) checkSecrets() error {
 	seen := map[string]bool{}
 	for _, s := range e.Secrets {
-		if err := egress.CheckSecret(egress.Secret{Name: s.Name, Hosts: s.Hosts, Header: s.Header}); err != nil {
+		if err := egress.CheckSecret(egress.Secret{Name: s.Name, Hosts: s.Hosts, Header: s.Header, In: s.In}); err != nil {
 			return &SpecError{"secrets", err.Error()}
 		}
 		n := 0
@@ -68,9 +102,8 @@ func (e *Egress) checkSecrets() error {
 		if n != 1 {
 			return &SpecError{"secrets", fmt.Sprintf("secret %s: give exactly one of env, file (or Value in Go) for where its value is on the host", s.Name)}
 		}
-		up := strings.ToUpper(s.Name)
-		if seen[s.Name] || slices.Contains(caVars, s.Name) || strings.HasSuffix(up, "_PROXY") {
-			return &SpecError{"secrets", fmt.Sprintf("secret %s: the name is taken (twice, or a variable hsbx sets for the relay)", s.Name)}
+		if seen[s.Name] || steers(s.Name) {
+			return &SpecError{"secrets", fmt.Sprintf("secret %s: the name is taken (twice, or a variable that steers the sandbox or the relay: PATH, HOME, SHELL, TMPDIR, LD_*, HSBX_*, the proxy and CA variables)", s.Name)}
 		}
 		seen[s.Name] = true
 	}
@@ -86,7 +119,7 @@ func (e *Egress) secretRecords(ph map[string]string) []egress.Secret {
 		if p == "" {
 			p = egress.NewPlaceholder()
 		}
-		out = append(out, egress.Secret{Name: s.Name, Hosts: s.Hosts, Header: s.Header, Placeholder: p})
+		out = append(out, egress.Secret{Name: s.Name, Hosts: s.Hosts, Header: s.Header, In: s.In, Placeholder: p})
 	}
 	return out
 }
@@ -107,7 +140,9 @@ func (e *Egress) secretsSetting() string {
 	for _, s := range e.Secrets {
 		hosts := slices.Clone(s.Hosts)
 		slices.Sort(hosts)
-		parts = append(parts, s.Name+"="+strings.Join(hosts, ",")+";"+s.Header)
+		in := slices.Clone(s.In)
+		slices.Sort(in)
+		parts = append(parts, s.Name+"="+strings.Join(hosts, ",")+";"+s.Header+";"+strings.Join(in, ","))
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, "\x00")
@@ -133,8 +168,20 @@ func (e *Egress) sources() []egress.Source {
 	var out []egress.Source
 	for _, s := range e.Secrets {
 		if s.Env != "" || s.File != "" {
-			out = append(out, egress.Source{Name: s.Name, Env: s.Env, File: s.File})
+			out = append(out, egress.Source{Name: s.Name, Hosts: s.Hosts, Env: s.Env, File: s.File})
 		}
+	}
+	return out
+}
+
+// declared are the hosts each secret may go to by this process's
+// configuration: the relay sends a value to a host both the sandbox's
+// label and this declare for it (a sandbox made from an older declaration
+// and kept, on_drift = warn, never takes a value to a host dropped since).
+func (e *Egress) declared() map[string][]string {
+	out := map[string][]string{}
+	for _, s := range e.Secrets {
+		out[s.Name] = s.Hosts
 	}
 	return out
 }

@@ -236,6 +236,9 @@ func (s Spec) Validate() error {
 		if err := s.Egress.checkSecrets(); err != nil {
 			return err
 		}
+		if err := s.checkSecretsAgainstEnv(); err != nil {
+			return err
+		}
 	}
 	if strings.TrimSpace(s.Image) == "" {
 		return &SpecError{"image", "empty; set an image reference"}

@@ -180,7 +180,7 @@ func Hold(ctx context.Context, spec HoldSpec, o HoldOptions) error {
 		rctx, stopRelay := context.WithCancel(ctx)
 		defer stopRelay()
 		go func() {
-			host := EgressHost{StateDir: spec.EgressState, Values: egress.SourceValues(spec.Secrets, os.Getenv)}
+			host := EgressHost{StateDir: spec.EgressState, Values: egress.SourceValues(spec.Secrets, os.Getenv), Declared: egress.DeclaredBy(spec.Secrets)}
 			if err := ServeEgress(rctx, conn, policy, spec.EgressLog, host, log); err != nil {
 				log.Info("holder: egress relay ended", "error", err)
 			}

@@ -191,6 +191,9 @@ type EgressHost struct {
 	StateDir string
 	Values   egress.Values
 	RootCAs  *x509.CertPool
+	// Declared are the hosts each secret may go to by the relaying
+	// process's configuration (egress.Broker.Declared; nil: the label's).
+	Declared map[string][]string
 }
 
 // ReadEgressPolicy inspects container id for its egress policy.
@@ -238,7 +241,7 @@ func ServeEgress(ctx context.Context, conn *Conn, policy EgressPolicy, logPath s
 		return err
 	}
 	if len(policy.Secrets) > 0 {
-		b := &egress.Broker{Secrets: policy.Secrets, Values: host.Values}
+		b := &egress.Broker{Secrets: policy.Secrets, Values: host.Values, Declared: host.Declared}
 		if b.Values == nil {
 			b.Values = func(name string) (string, error) { return "", fmt.Errorf("no source for secret %s here", name) }
 		}
