@@ -344,7 +344,7 @@ func (f *fake) execCopied(c *Container, cmd []string, wd string, env []string) (
 	if wd != "" && wd != "/" {
 		_ = os.Chdir(os.TempDir())
 	}
-	err := syscall.Exec(file, append([]string{"hsbx"}, cmd[1:]...), env)
+	err := syscall.Exec(file, cmd, env) // argv[0] as the engines give it: the path
 	fmt.Fprintf(f.stderr, "fake engine: exec %s: %v\n", cmd[0], err)
 	return 126, true
 }

@@ -238,7 +238,7 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 // through the exec channel, its stderr kept for agentFailed.
 func agentCommand(args []string, stdin io.Reader, stdout io.Writer) (Command, *proc.TailBuffer) {
 	errb := &proc.TailBuffer{Max: 4 << 10}
-	c := Command{Argv: append([]string{"/proc/self/exe"}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}
+	c := Command{Argv: append([]string{wire.AgentSelf}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}
 	if stdin != nil {
 		c.tap = newStdinTap(stdin) // viaAgent's second try gets it from the first byte
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/cli"
+	"github.com/hsbx/hsbx/internal/wire"
 )
 
 func main() { os.Exit(run()) }
@@ -20,9 +21,16 @@ func main() { os.Exit(run()) }
 // closed stdout fails with EPIPE and hsbx can stop the command in the
 // sandbox before it exits 141, instead of dying on the spot.
 func run() int {
-	if code, ok := agent.RunMode(os.Args[1:], "hsbx "+cli.BuildVersion()); ok {
+	if wire.InvokedAsAgent(os.Args[0]) {
 		// Inside a sandbox, as the exec channel's agent (exec_channel_agent
-		// may name hsbx itself): nothing but stdio.
+		// may name hsbx itself): nothing but stdio. Only under the
+		// agent's own name: on the host, `hsbx forward 8080` is the
+		// command, and no mode word runs the agent.
+		code, ok := agent.RunMode(os.Args[1:], "hsbx "+cli.BuildVersion())
+		if !ok {
+			os.Stderr.WriteString("hsbx agent: no such mode (hsbx runs this binary as its agent inside a sandbox)\n")
+			code = 2
+		}
 		return code
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())

@@ -49,7 +49,7 @@ type Agent struct {
 
 // pathPrefix names the agent in a sandbox; the rest is a digest of the
 // binary, so a different hsbx never talks to a stale agent.
-const pathPrefix = "/.hsbx-agent-"
+const pathPrefix = wire.AgentPathPrefix
 
 // agentPath is where an agent of this digest lives inside a sandbox.
 func agentPath(digest string) string { return pathPrefix + digest[:16] }

@@ -1,5 +1,7 @@
 package wire
 
+import "strings"
+
 // What the host and the agent must agree on besides the frames: the names
 // a session may have and the statuses the agent's one-shot modes exit
 // with. Both sides import this package; the host never links the agent.
@@ -16,6 +18,27 @@ func ValidSessionName(name string) bool {
 		}
 	}
 	return true
+}
+
+// AgentPathPrefix names the agent in a sandbox (the rest is a digest of
+// its binary). A binary that is both hsbx and the agent runs its agent
+// modes only when started under this name: on the host, the mode words
+// are not commands.
+const AgentPathPrefix = "/.hsbx-agent-"
+
+// AgentSelf is how the agent runs itself again for a mode (its argv[0]
+// too): the kernel's name for the running binary.
+const AgentSelf = "/proc/self/exe"
+
+// InvokedAsAgent says whether argv0 (os.Args[0]) is the agent's name in a
+// sandbox (the base of AgentPathPrefix, then anything), or AgentSelf: the
+// agent running itself again.
+func InvokedAsAgent(argv0 string) bool {
+	if argv0 == AgentSelf {
+		return true
+	}
+	base := argv0[strings.LastIndexByte(argv0, '/')+1:]
+	return strings.HasPrefix(base, AgentPathPrefix[1:]) && len(base) > len(AgentPathPrefix)-1
 }
 
 // ExitUseEngine is copy-out's and copy-in's status when the copy is the
