@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -70,11 +71,15 @@ func (s Spec) egressSetting() string {
 	p := s.Egress.posture()
 	allow := slices.Clone(p.Allow)
 	slices.Sort(allow)
-	out := "allow " + p.Addr + " " + strings.Join(allow, "\x00")
-	if sec := s.Egress.secretsSetting(); sec != "" {
-		out += " secrets " + sec
+	return "allow " + p.Addr + " " + strings.Join(allow, "\x00")
+}
+
+// secretsSetting is the secrets as drift compares them ("" none).
+func (s Spec) secretsSetting() string {
+	if s.Egress == nil {
+		return ""
 	}
-	return out
+	return s.Egress.secretsSetting()
 }
 
 // EgressLog is the network log of the key's sandbox on this host (in the
@@ -93,25 +98,62 @@ func EgressLogFile(stateDir string, key Key) string {
 // keepRelay makes sure a relay serves container id, an allow-listed
 // sandbox: the CLI's holder (which stays while the sandbox runs, so the
 // relay outlives this process), or, in the Go package and for a
-// per-process sandbox, a channel this handle holds until Close.
+// per-process sandbox, a channel this handle holds until Close. A relay
+// it starts accepts in the sandbox before it returns (awaitRelay): the
+// first command after `up` finds the proxy there.
 func (s *Sandbox) keepRelay(ctx context.Context, id string) {
+	if s.startRelay(ctx, id) {
+		s.awaitRelay(ctx, id)
+	}
+}
+
+// relayWait bounds how long a relay just started may take to listen in
+// the sandbox before hsbx says so and goes on.
+const relayWait = 15 * time.Second
+
+// awaitRelay waits until the relay accepts connections at its address in
+// sandbox id (asked from inside, through the agent), relayWait at most.
+func (s *Sandbox) awaitRelay(ctx context.Context, id string) {
+	addr := s.spec.Egress.posture().Addr
+	deadline := time.Now().Add(relayWait)
+	for {
+		open, err := channel.Unreachable(ctx, s.agent(ctx, id, s.execUser()), 0, []string{addr})
+		if err == nil && len(open) == 1 {
+			return
+		}
+		if errors.Is(err, runtime.ErrNotRunning) || errors.Is(err, runtime.ErrNotFound) || ctx.Err() != nil {
+			return // the sandbox's state, not the relay's: the command says
+		}
+		if time.Now().After(deadline) || sleepCtx(ctx, 100*time.Millisecond) != nil {
+			why := "it did not listen"
+			if err != nil {
+				why = err.Error()
+			}
+			s.m.c.Warn(fmt.Sprintf("network = allow: the relay was not listening at %s in the sandbox %s after starting (%s); commands that use the proxy may fail until it is", addr, relayWait, why))
+			return
+		}
+	}
+}
+
+// startRelay is keepRelay's start: true when it started a relay.
+func (s *Sandbox) startRelay(ctx context.Context, id string) bool {
 	if s.spec.Egress == nil || !s.m.c.Channel {
-		return
+		return false
 	}
 	if s.m.c.Holders.Dir != "" && !s.ephemeral {
 		sock := s.m.holderSocket(id, s.execUser())
 		if channel.Alive(sock, time.Second) {
-			return
+			return false
 		}
 		s.m.log.Debug("network = allow: starting the holder that relays", "id", id)
 		s.m.c.Holders.Start(s.holderSpec(sock, id, true))
-		return
+		return true
 	}
 	cs := &s.ch
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.relay != nil && cs.relayID == id && cs.relay.Err() == nil || cs.relayFailed == id {
-		return
+		return false
 	}
 	if cs.relay != nil {
 		_ = cs.relay.Close()
@@ -122,7 +164,7 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 		// Said once for this handle: every command would try again.
 		cs.relayFailed = id
 		s.m.c.Warn("network = allow: the relay could not start (" + err.Error() + "); nothing leaves the sandbox until it does")
-		return
+		return false
 	}
 	cs.relay, cs.relayID = conn, id
 	policy, ok, err := channel.ReadEgressPolicy(ctx, s.rt(), id)
@@ -132,14 +174,15 @@ func (s *Sandbox) keepRelay(ctx context.Context, id string) {
 		if err != nil {
 			s.m.c.Warn("network = allow: the relay could not start (" + err.Error() + "); nothing leaves the sandbox until it does")
 		}
-		return
+		return false
 	}
 	go func() {
-		host := channel.EgressHost{StateDir: s.keyStateDir(), Values: s.secretValues(), RootCAs: s.spec.Egress.RootCAs}
+		host := channel.EgressHost{StateDir: s.keyStateDir(), Values: s.secretValues(), RootCAs: s.spec.Egress.RootCAs, Declared: s.spec.Egress.declared()}
 		if err := channel.ServeEgress(context.Background(), conn, policy, s.EgressLog(), host, s.m.log); err != nil {
 			s.m.log.Info("egress relay ended", "id", id, "error", err)
 		}
 	}()
+	return true
 }
 
 // holderSpec is what a holder for container id is told: whether it

@@ -76,6 +76,12 @@ func TestSecretsThroughTheHolderRealEngines(t *testing.T) {
 				return out
 			}
 			id := strings.TrimSpace(hsbx("up", "--task", task))
+			// The relay accepts before `up` returns: the first command
+			// that uses the proxy finds it (its 403 for a host not
+			// allowed), never "connection refused".
+			if _, out, errOut := runMain(t, env, "exec", "--task", task, "--", "wget", "-q", "-O-", "http://nothing.invalid/"); !strings.Contains(out+errOut, "403") {
+				t.Fatalf("the first command after up, through the proxy: %s %s", out, errOut)
+			}
 			probe := filepath.Join(work, "netprobe")
 			if b, err := os.ReadFile(enginetest.NetProbeBinary(t)); err != nil || os.WriteFile(probe, b, 0o755) != nil {
 				t.Fatal(err)
