@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
@@ -191,6 +192,7 @@ func (s *Sweeper) removeAndVerify(ctx context.Context, doomed []Verdict, rep *Re
 			continue
 		}
 		rep.Removed = append(rep.Removed, removed(v))
+		s.dropCA(v.C)
 		s.log().Info("reaped sandbox", "id", v.C.ID, "task", v.Task, "profile", v.Profile, "reason", v.Reason)
 	}
 	return nil
@@ -476,4 +478,14 @@ func (s *Sweeper) sweepSnapshots(ctx context.Context, o Options, rep *Report, dr
 		}
 	}
 	return nil
+}
+
+// dropCA removes a reaped sandbox's CA files (brokered secrets) from its
+// key's state directory on this host: its key goes with it.
+func (s *Sweeper) dropCA(c runtime.Container) {
+	key := c.Labels[sandbox.LabelKey]
+	if s.StateDir == "" || key == "" || strings.Trim(key, "0123456789abcdef") != "" {
+		return
+	}
+	egress.RemoveCA(keystate.Dir(s.StateDir, key), c.Labels[egress.NonceLabel])
 }

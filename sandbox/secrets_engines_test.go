@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,10 @@ func TestSecretsBrokered(t *testing.T) {
 		var mu sync.Mutex
 		var seen []string
 		dest, caPEM := enginetest.TLSServer(t, srv.host, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/echo" { // a provider's error that quotes what it was sent
+				http.Error(w, "no such key: "+r.Header.Get("Authorization"), http.StatusUnauthorized)
+				return
+			}
 			mu.Lock()
 			seen = append(seen, r.Header.Get("Authorization"))
 			mu.Unlock()
@@ -107,6 +112,21 @@ func TestSecretsBrokered(t *testing.T) {
 					t.Fatalf("the provider saw %q, want the value, then the new one", got)
 				}
 
+				// What the provider repeats comes back with the placeholder
+				// in the value's place; a request naming another host on
+				// the provider's connection is refused before it is sent.
+				if out, _ := run(dir+"/netprobe", "secret", "https://"+dest+"/echo", "PROVIDER_KEY"); out != "401 no such key: Bearer "+placeholder {
+					t.Fatalf("an echo of the value: %q, want the placeholder in its place", out)
+				}
+				if out, _ := run(dir+"/netprobe", "secret", "https://"+dest+"/v1", "PROVIDER_KEY", "attacker.example.net"); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "names host") {
+					t.Fatalf("another Host on the provider's connection: %q, want a 403", out)
+				}
+				mu.Lock()
+				if len(seen) != 2 {
+					t.Errorf("the provider got %d requests with the value, want 2", len(seen))
+				}
+				mu.Unlock()
+
 				// Anywhere else: refused, logged.
 				if out, _ := run(dir+"/netprobe", "secret", "http://"+srv.allowed+"/x", "PROVIDER_KEY"); !strings.HasPrefix(out, "403 ") || !strings.Contains(out, "exfiltration") {
 					t.Fatalf("the placeholder to another server: %q, want a 403", out)
@@ -126,14 +146,17 @@ func TestSecretsBrokered(t *testing.T) {
 				if raw := inspectRaw(t, e, res.ID); strings.Contains(raw, value) || !strings.Contains(raw, placeholder) {
 					t.Fatalf("the engine's record holds the value (or lacks the placeholder)")
 				}
-				var injected, refused int
+				var injected, refused, rewritten int
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 					recs, err := egress.ReadLog(sb.EgressLog())
 					if err != nil {
 						t.Fatal(err)
 					}
-					injected, refused = 0, 0
+					injected, refused, rewritten = 0, 0, 0
 					for _, r := range recs {
+						if r.Rewritten > 0 {
+							rewritten++
+						}
 						if len(r.Secrets) == 1 && r.Secrets[0] == "PROVIDER_KEY" && r.Allowed {
 							injected++
 						}
@@ -141,15 +164,29 @@ func TestSecretsBrokered(t *testing.T) {
 							refused++
 						}
 					}
-					if injected == 2 && refused == 1 || time.Now().After(deadline) {
+					if injected == 3 && refused == 1 && rewritten == 1 || time.Now().After(deadline) {
 						break
 					}
 				}
-				if injected != 2 || refused != 1 {
-					t.Fatalf("network log: %d requests with the value put in (want 2), %d exfiltrations (want 1)", injected, refused)
+				if injected != 3 || refused != 1 || rewritten != 1 {
+					t.Fatalf("network log: %d requests with the value put in (want 3), %d exfiltrations (want 1), %d responses rewritten (want 1)", injected, refused, rewritten)
 				}
 				if b, _ := os.ReadFile(sb.EgressLog()); bytes.Contains(b, []byte(value)) {
 					t.Fatal("the network log holds the value")
+				}
+				// The sandbox's CA key goes with the sandbox.
+				cas := func() []string {
+					m, _ := filepath.Glob(filepath.Join(filepath.Dir(sb.EgressLog()), "egress-ca-*"))
+					return m
+				}
+				if len(cas()) != 2 {
+					t.Fatalf("the sandbox's CA files: %q, want its certificate and key", cas())
+				}
+				if _, err := sb.Down(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if left := cas(); len(left) != 0 {
+					t.Fatalf("the sandbox was removed and its CA files stay: %q", left)
 				}
 			})
 		}

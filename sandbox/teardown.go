@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hsbx/hsbx/internal/egress"
 	"os"
 	"path/filepath"
 	"slices"
@@ -246,6 +247,9 @@ func (s *Sandbox) removeAll(ctx context.Context, cs []runtime.Container) error {
 	}
 	if len(left) > 0 {
 		return fmt.Errorf("removing sandbox %s: the engine reported success but %d container(s) remain", s.name, len(left))
+	}
+	for _, c := range cs { // verified gone: a sandbox's CA key goes with it
+		egress.RemoveCA(s.keyStateDir(), c.Labels[egress.NonceLabel])
 	}
 	return nil
 }

@@ -5,7 +5,9 @@
 // got through, 1 when it did not.
 //
 //	netprobe get URL [CA-PEM]   GET through the proxy variables: "STATUS BODY"
-//	netprobe secret URL VAR     GET with "Authorization: Bearer $VAR": "STATUS BODY"
+//	netprobe secret URL VAR [HOST]
+//	                            GET with "Authorization: Bearer $VAR" (and
+//	                            Host: HOST): "STATUS BODY"
 //	netprobe many N URL         N GETs at once: "OK/N"
 //	netprobe seq N URL VAR [CA-PEM]
 //	                            N GETs one after another, each a new
@@ -46,7 +48,11 @@ func main() {
 		}
 		ok = get(os.Args[2], ca)
 	case "secret":
-		ok = secret(os.Args[2], os.Getenv(os.Args[3]))
+		host := ""
+		if len(os.Args) > 4 {
+			host = os.Args[4]
+		}
+		ok = secret(os.Args[2], os.Getenv(os.Args[3]), host)
 	case "seq":
 		n, _ := strconv.Atoi(os.Args[2])
 		ca := ""
@@ -131,11 +137,14 @@ func get(url, ca string) bool {
 	return true
 }
 
-func secret(url, value string) bool {
+func secret(url, value, host string) bool {
 	req, err := http.NewRequest("GET", url, nil)
 	if err != nil {
 		fmt.Println("no:", err)
 		return false
+	}
+	if host != "" {
+		req.Host = host
 	}
 	req.Header.Set("Authorization", "Bearer "+value)
 	resp, err := client("").Do(req)
