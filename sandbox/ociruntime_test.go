@@ -106,7 +106,14 @@ func TestGVisorEveryEngine(t *testing.T) {
 		if err := os.WriteFile(src, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		for _, dst := range []string{"/gv-root.bin", "/tmp/gv-tmp.bin"} {
+		dsts := []string{"/gv-root.bin", "/tmp/gv-tmp.bin"}
+		if e.tg.Fake {
+			// The fakes run the agent on this host, paths as they are: each
+			// fake its own files (two at once in "/" lost bytes to each
+			// other), where any user may write.
+			dsts = []string{filepath.Join(t.TempDir(), "gv-root.bin"), filepath.Join(t.TempDir(), "gv-tmp.bin")}
+		}
+		for _, dst := range dsts {
 			if err := sb.CopyIn(ctx, src, dst); err != nil {
 				t.Fatalf("CopyIn %s: %v", dst, err)
 			}
