@@ -234,8 +234,8 @@ func (s *Sandbox) newSecretsCA(spec Spec, name, nonce string) (*egress.CA, error
 // sandbox is removed when that fails, never handed out half made.
 func (s *Sandbox) installTrust(ctx context.Context, id string, ca *egress.CA) error {
 	user := "0"
-	if s.rt().Dialect() == runtime.Kubectl {
-		user = "" // a Pod's exec runs as the Pod's user
+	if s.rt().Capabilities().Lacks[runtime.ExecUser] != "" {
+		user = "" // an exec without a user of its own (a Pod's) runs as the sandbox's
 	}
 	err := channel.InstallTrust(ctx, s.agent(ctx, id, user), trustDir, ca.CertPEM())
 	if err == nil {
