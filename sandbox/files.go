@@ -160,6 +160,11 @@ func (s *Sandbox) ListDir(ctx context.Context, path string, o FileOptions) ([]Fi
 // directory with entries only with o.Recursive. "/" is refused.
 func (s *Sandbox) Remove(ctx context.Context, path string, o FileOptions) error {
 	path = s.filePath(path)
+	if base := path[strings.LastIndexByte(path, '/')+1:]; base == "." || base == ".." {
+		// As rm does: "d/.." names d's parent, and removing "everything
+		// in it" once emptied the parent of a path that looked like d.
+		return &fs.PathError{Op: "remove", Path: path, Err: errDotPath}
+	}
 	return s.fileOp(ctx, "remove", path, o, nil, nil, "file-remove", path, boolArg(o.Recursive))
 }
 
@@ -268,9 +273,15 @@ func (s *Sandbox) filePath(p string) string {
 	p = s.sandboxPath(p)
 	if len(p) > 1 {
 		p = strings.TrimRight(p, "/")
+		if p == "" {
+			p = "/" // "//"
+		}
 	}
 	return p
 }
+
+// errDotPath is a path to remove whose last element is . or ..: refused.
+var errDotPath = errors.New("refusing to remove a path that ends in . or .. (name the directory itself)")
 
 // fileOp runs the agent's file mode args in the running sandbox (up
 // first when it is not) as o.User, and says what its status means.

@@ -228,6 +228,10 @@ func RemovePath(path string, recursive bool) error {
 	if filepath.Clean(path) == "/" {
 		return errors.New("remove /: refused")
 	}
+	if base := filepath.Base(path); base == "." || base == ".." {
+		// os.RemoveAll("d/..") empties d's parent before it fails.
+		return fmt.Errorf("remove %s: refusing a path that ends in . or ..", path)
+	}
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return err

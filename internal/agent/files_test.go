@@ -173,3 +173,20 @@ func TestWatch(t *testing.T) {
 		t.Errorf("a missing directory: %v", err)
 	}
 }
+
+// A path ending in . or .. is refused whole: os.RemoveAll("d/..") empties
+// d's parent before it fails.
+func TestRemovePathRefusesDotEnds(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "d", "e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "d") + "/..", filepath.Join(dir, "d") + "/.", filepath.Join(dir, "d", "e") + "/../.."} {
+		if err := RemovePath(p, true); err == nil || !strings.Contains(err.Error(), "refusing") {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "d", "e")); err != nil {
+		t.Fatalf("something was removed: %v", err)
+	}
+}
