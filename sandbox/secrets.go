@@ -80,7 +80,7 @@ func (s Spec) checkSecretsAgainstEnv() error {
 		}
 		for _, f := range s.ForwardEnv {
 			if f == sec.Name || (sec.Env != "" && f == sec.Env) {
-				return &SpecError{"forward_env", fmt.Sprintf("%s would carry secret %s's value into the sandbox (it is the secret's name or where its value is); remove it from forward_env: the sandbox sees the placeholder under %s", f, sec.Name, sec.Name)}
+				return &SpecError{"forward_env", fmt.Sprintf("%s would carry secret %s's value into the sandbox; remove it from forward_env (the sandbox sees the placeholder under %s)", f, sec.Name, sec.Name)}
 			}
 		}
 	}

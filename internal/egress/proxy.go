@@ -152,9 +152,12 @@ func (p *Proxy) Serve(ctx context.Context, c Conn) {
 			first = append(first, b...)
 		}
 		sc := &scanner{b: p.Broker, dest: dest, w: up}
-		rec.BytesOut, rec.BytesIn = spliceVia(c, up, first, sc, nil)
-		if sc.err != nil {
-			rec.Allowed, rec.Rule, rec.Reason = false, "", sc.err.Error()
+		gate := &sniGate{w: sc, p: p.Policy, host: req.host, port: req.port}
+		rec.BytesOut, rec.BytesIn = spliceVia(c, up, first, gate, nil)
+		for _, err := range []error{gate.err, sc.err} {
+			if err != nil {
+				rec.Allowed, rec.Rule, rec.Reason = false, "", err.Error()
+			}
 		}
 		p.log(rec, start)
 		return
@@ -173,7 +176,16 @@ func (p *Proxy) Serve(ctx context.Context, c Conn) {
 		b, _ := br.Peek(n)
 		first = append(first, b...)
 	}
-	rec.BytesOut, rec.BytesIn = splice(c, up, first)
+	if req.method != "CONNECT" {
+		rec.BytesOut, rec.BytesIn = splice(c, up, first)
+		p.log(rec, start)
+		return
+	}
+	gate := &sniGate{w: up, p: p.Policy, host: req.host, port: req.port}
+	rec.BytesOut, rec.BytesIn = spliceVia(c, up, first, gate, nil)
+	if gate.err != nil {
+		rec.Allowed, rec.Rule, rec.Reason = false, "", gate.err.Error()
+	}
 	p.log(rec, start)
 }
 
@@ -220,10 +232,17 @@ func splice(c Conn, up net.Conn, first []byte) (out, in int64) {
 	return spliceVia(c, up, first, nil, nil)
 }
 
+// flusher is a writer of spliceVia's way out that holds or watches: its
+// flush says, at the end, whether what went through it was refused.
+type flusher interface {
+	io.Writer
+	flush() error
+}
+
 // spliceVia is splice with what goes out written through sc (nil: none),
-// which watches it for placeholders and is flushed at the end, and what
-// comes back written through back (nil: straight to c).
-func spliceVia(c Conn, up net.Conn, first []byte, sc *scanner, back io.Writer) (out, in int64) {
+// which watches it (placeholders, a ClientHello) and is flushed at the
+// end, and what comes back written through back (nil: straight to c).
+func spliceVia(c Conn, up net.Conn, first []byte, sc flusher, back io.Writer) (out, in int64) {
 	var w io.Writer = up
 	if sc != nil {
 		w = sc
@@ -249,8 +268,8 @@ func spliceVia(c Conn, up net.Conn, first []byte, sc *scanner, back io.Writer) (
 			err = sc.flush()
 		}
 		sent.Store(n + m)
-		if err != nil && sc != nil && sc.err != nil {
-			_ = up.Close() // a placeholder on its way out: nothing more goes
+		if err != nil && sc != nil {
+			_ = up.Close() // refused on its way out: nothing more goes
 			_ = c.Close()
 			return
 		}

@@ -241,7 +241,7 @@ type placementError struct {
 }
 
 func (e *placementError) Error() string {
-	return fmt.Sprintf("the placeholder of secret %s is in the request's %s, where its value may not go (a server that repeats it would hand it back); put it in a header, or list %q in the secret's `in`", e.secret, e.place, e.place)
+	return fmt.Sprintf("the placeholder of secret %s is in the request's %s, where its value may not go: put it in a header, or list %q in the secret's `in`", e.secret, e.place, e.place)
 }
 
 // inject rewrites r, a request to dest whose secrets are ours (the

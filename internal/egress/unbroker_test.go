@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -11,8 +12,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -339,5 +344,97 @@ func TestBrokerSendsOnlyWhereTheConfigurationSaysNow(t *testing.T) {
 	}
 	if h := <-g.seen; h.Get("X-Token") != "tok token-value" || h.Get("Authorization") != "" {
 		t.Errorf("the provider saw %v", h)
+	}
+}
+
+// Inside a tunnel, a TLS client naming a server the allow-list does not
+// name (domain fronting through a server at an allowed address) is cut
+// before its hello arrives; a name the list allows passes, as does a
+// protocol that is not TLS.
+func TestProxyRefusesDomainFronting(t *testing.T) {
+	var handshakes atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateActive {
+			handshakes.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	var recs []Record
+	var mu sync.Mutex
+	px := &Proxy{Policy: &Policy{Rules: mustRules(t, "127.0.0.1", "*.allowed.example")}, Log: func(r Record) { mu.Lock(); recs = append(recs, r); mu.Unlock() }}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go px.Serve(context.Background(), c.(*net.TCPConn))
+		}
+	}()
+	tunnel := func(sni string) error {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\n\r\n", strings.TrimPrefix(srv.URL, "https://"))
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		tc := tls.Client(&bufConn{Conn: c, r: br}, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
+		if err := tc.Handshake(); err != nil {
+			return err
+		}
+		req, _ := http.NewRequest("GET", "https://"+sni+"/", nil)
+		if err := req.Write(tc); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(tc), req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	if err := tunnel("api.allowed.example"); err != nil {
+		t.Fatalf("a name the list allows: %v", err)
+	}
+	before := handshakes.Load()
+	if err := tunnel("evil.example.net"); err == nil {
+		t.Fatal("a name the list does not allow got through")
+	}
+	if handshakes.Load() != before {
+		t.Error("the server was reached with the fronted name")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		found := slices.ContainsFunc(recs, func(r Record) bool { return !r.Allowed && strings.Contains(r.Reason, "evil.example.net") })
+		mu.Unlock()
+		if found || time.Now().After(deadline) {
+			if !found {
+				t.Errorf("no refusal logged: %+v", recs)
+			}
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestHelloName(t *testing.T) {
+	if n, done := helloName([]byte("SSH-2.0-x\r\n")); n != "" || !done {
+		t.Errorf("not TLS: %q %v", n, done)
+	}
+	if _, done := helloName([]byte{0x16, 0x03}); done {
+		t.Error("the start of a record was taken as not a hello")
 	}
 }
