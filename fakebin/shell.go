@@ -189,8 +189,36 @@ func (s *miniShell) run(cmd []string) (code int, exited bool) {
 		}
 		return s.sh(cmd[1:]), false
 	}
+	if strings.Contains(runtimeOf(s.c), "runsc") {
+		return s.f.gvisorError(runtimeOf(s.c), cmd), true
+	}
 	what, code := startFailure(cmd[0])
 	return s.f.ociError(what, code), true
+}
+
+// gvisorError is gVisor's (runsc's) failure to start cmd, as each engine
+// prints it (captured from docker 20.10 and podman 4.3 with Debian's
+// runsc): docker on stdout with 126, podman on stderr with 127 or 126.
+func (f *fake) gvisorError(runtime string, cmd []string) int {
+	name := cmd[0]
+	cause, code := fmt.Sprintf("failed to load %s: no such file or directory", name), 127
+	switch {
+	case name == "/etc/passwd" || name == "/etc/group" || name == "/" || name == "/etc" || name == "/tmp":
+		cause, code = fmt.Sprintf("failed to load %s: permission denied", name), 126
+	case !strings.Contains(name, "/"):
+		cause = fmt.Sprintf("error finding executable %q in PATH [/usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin]: no such file or directory", name)
+	}
+	what := fmt.Sprintf("executing processes for container: executing command %q in sandbox: %s", strings.Join(cmd, " "), cause)
+	if f.dialect == "podman" {
+		suffix := "OCI runtime attempted to invoke a command that was not found"
+		if code == 126 {
+			suffix = "OCI permission denied"
+		}
+		fmt.Fprintf(f.stderr, "Error: %s: %s: %s\n", runtime, what, suffix)
+		return code
+	}
+	fmt.Fprintf(f.stdout, "OCI runtime exec failed: %s: unknown\n", what)
+	return 126
 }
 
 // startFailure is runc's reason for not starting name (a command the fake

@@ -155,6 +155,9 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 	}
 	ierr, err := installAndRun(ctx, a, path, bin, func(run []string) (err error) {
 		conn, err = start(ctx, a, append(run, "agent"))
+		if err != nil && !passing(err) {
+			err = &notStartedError{err}
+		}
 		return err
 	})
 	switch {
@@ -273,6 +276,11 @@ func RunAgent(ctx context.Context, a Agent, x AgentExec) (int, error) {
 	}
 	ierr, err := installAndRun(ctx, a, path, bin, func(agent []string) (err error) {
 		code, err = run(agent)
+		if err == nil && (code == 127 || code == 126) {
+			// What the engine's cp wrote is not what the sandbox sees
+			// (gVisor): written from inside, it runs.
+			return &notStartedError{fmt.Errorf("the agent installed at %s did not start (exit %d)", agent[0], code)}
+		}
 		return err
 	})
 	if ierr != nil {
@@ -314,10 +322,14 @@ func runModeOf(ctx context.Context, a Agent, digest string, bytesOf func() ([]by
 		return out.String(), code, err
 	}
 	out, code, err := run([]string{path})
-	if err == nil && code == 0 {
+	switch {
+	case err == nil && code == 0:
 		return out, nil
-	}
-	if passing(err) || ctx.Err() != nil {
+	case err != nil || code != 127 && code != 126 || ctx.Err() != nil:
+		// It ran (and failed), or the engine failed: a mode runs once.
+		if err == nil {
+			err = fmt.Errorf("the agent's %s exited %d", args[0], code)
+		}
 		return "", err
 	}
 	bin, err := bytesOf()
@@ -326,6 +338,9 @@ func runModeOf(ctx context.Context, a Agent, digest string, bytesOf func() ([]by
 	}
 	ierr, err := installAndRun(ctx, a, path, bin, func(agent []string) (err error) {
 		out, code, err = run(agent)
+		if err == nil && (code == 127 || code == 126) {
+			return &notStartedError{fmt.Errorf("the agent installed at %s did not start (exit %d)", agent[0], code)}
+		}
 		if err == nil && code != 0 {
 			err = fmt.Errorf("the agent's %s exited %d", args[0], code)
 		}
@@ -345,21 +360,38 @@ func runModeOf(ctx context.Context, a Agent, digest string, bytesOf func() ([]by
 // view of the root), or what it wrote does not run (not what the sandbox
 // sees), it writes the agent from inside and runs it again. ierr is the
 // install's failure, err use's.
+//
+// use is tried again only when the agent did not start (its error a
+// *notStartedError): a mode that ran runs once. When writing it from
+// inside fails (another process's install took the place meanwhile), the
+// agent at path is tried once: that process's copy is as good.
 func installAndRun(ctx context.Context, a Agent, path string, bin []byte, use func(run []string) error) (ierr, err error) {
 	run, ierr := install(ctx, a, path, bin)
 	if ierr == nil {
 		err = use(run)
 	}
-	if (ierr != nil || err != nil && !passing(err)) && !passing(ierr) && ctx.Err() == nil {
+	var ns *notStartedError
+	if (ierr != nil && !passing(ierr) || errors.As(err, &ns)) && ctx.Err() == nil {
 		if a.Log != nil {
 			a.Log.Debug("the engine's cp could not install the agent; writing it from inside the sandbox", "cp", ierr, "run", err)
 		}
 		if run, ierr = installInside(ctx, a, path, bin); ierr == nil {
 			err = use(run)
+		} else if !passing(ierr) && ctx.Err() == nil {
+			if uerr := use([]string{path}); !errors.As(uerr, &ns) {
+				ierr, err = nil, uerr // another process's agent: it ran
+			}
 		}
 	}
 	return ierr, err
 }
+
+// notStartedError is a run of the agent that never started (the
+// runtime's 127 or 126, or no hello): the install is what failed.
+type notStartedError struct{ err error }
+
+func (e *notStartedError) Error() string { return e.err.Error() }
+func (e *notStartedError) Unwrap() error { return e.err }
 
 // passing says err is about the sandbox's state or the engine right now
 // (stopped, gone, paused, unreachable, slow), not about whether the agent

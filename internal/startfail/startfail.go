@@ -10,7 +10,10 @@
 // whatever the cause; podman prints "Error: runc: exec failed: ..." or
 // "Error: crun: executable file `x` not found in $PATH: ..." on stderr
 // with 127 or 126; kubectl wraps the runc line in "error: Internal error
-// occurred: ..." and exits 1.
+// occurred: ..." and exits 1. Under gVisor docker prints "OCI runtime exec
+// failed: executing processes for container: executing command "x y" in
+// sandbox: failed to load x: no such file or directory: unknown" (or
+// "error finding executable "x" in PATH [...]: ...") on stdout, 126.
 package startfail
 
 import (
@@ -42,6 +45,10 @@ var Prefixes = []string{
 
 const runcMark = "unable to start container process: "
 
+// gvisorMark precedes runsc's cause; the quoted command line before it is
+// the whole argv, joined (the name is in the cause).
+const gvisorMark = "executing processes for container: executing command "
+
 // Parse reads one line. Only the shapes above count; anything else, or a
 // line that names no command, is not a start failure.
 func Parse(line string) (Failure, bool) {
@@ -59,6 +66,9 @@ func Parse(line string) (Failure, bool) {
 			return Failure{}, false
 		}
 		return Failure{Name: name, Reason: "executable file not found in $PATH", Code: 127}, true
+	}
+	if f, ok := parseGVisor(line); ok {
+		return f, true
 	}
 	i := strings.Index(line, runcMark)
 	if i < 0 {
@@ -98,6 +108,52 @@ func Parse(line string) (Failure, bool) {
 		return Failure{}, false
 	}
 	return Failure{Name: name, Reason: reason, Code: 126}, true
+}
+
+// parseGVisor reads runsc's shape (see the package comment).
+func parseGVisor(line string) (Failure, bool) {
+	i := strings.Index(line, gvisorMark)
+	if i < 0 {
+		return Failure{}, false
+	}
+	rest := line[i+len(gvisorMark):]
+	q, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return Failure{}, false
+	}
+	rest, ok := strings.CutPrefix(rest[len(q):], " in sandbox: ")
+	if !ok {
+		return Failure{}, false
+	}
+	for _, suffix := range []string{": unknown", ": OCI runtime attempted to invoke a command that was not found", ": OCI permission denied"} {
+		rest = strings.TrimSuffix(strings.TrimSpace(rest), suffix)
+	}
+	if after, ok := strings.CutPrefix(rest, "error finding executable "); ok {
+		q, err := strconv.QuotedPrefix(after)
+		if err != nil {
+			return Failure{}, false
+		}
+		name, err := strconv.Unquote(q)
+		if err != nil || name == "" {
+			return Failure{}, false
+		}
+		return Failure{Name: name, Reason: "executable file not found in $PATH", Code: 127}, true
+	}
+	after, ok := strings.CutPrefix(rest, "failed to load ")
+	if !ok {
+		return Failure{}, false
+	}
+	name, reason, ok := strings.Cut(after, ": ")
+	if !ok || name == "" {
+		return Failure{}, false
+	}
+	switch low := strings.ToLower(reason); {
+	case strings.Contains(low, "no such file or directory"):
+		return Failure{Name: name, Reason: "no such file or directory", Code: 127}, true
+	case strings.Contains(low, "permission denied"):
+		return Failure{Name: name, Reason: "permission denied", Code: 126}, true
+	}
+	return Failure{Name: name, Reason: strings.TrimSuffix(strings.TrimSpace(reason), "."), Code: 126}, true
 }
 
 // MayBegin reports whether b (a stream's first bytes, no newline yet) may

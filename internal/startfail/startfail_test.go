@@ -20,6 +20,13 @@ func TestParse(t *testing.T) {
 			Failure{"/etc", "permission denied", 126}, true},
 		{`OCI runtime exec failed: exec failed: unable to start container process: exec: "/x.arm": exec format error: unknown`,
 			Failure{"/x.arm", "exec format error", 126}, true},
+		// docker 20.10 with Debian's runsc (gVisor), captured 2026-11-28
+		{`OCI runtime exec failed: executing processes for container: executing command "/.hsbx-agent-nope features" in sandbox: failed to load /.hsbx-agent-nope: no such file or directory: unknown`,
+			Failure{"/.hsbx-agent-nope", "no such file or directory", 127}, true},
+		{`OCI runtime exec failed: executing processes for container: executing command "nosuchcmd" in sandbox: error finding executable "nosuchcmd" in PATH [/usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin]: no such file or directory: unknown`,
+			Failure{"nosuchcmd", "executable file not found in $PATH", 127}, true},
+		{`OCI runtime exec failed: executing processes for container: executing command "/etc" in sandbox: failed to load /etc: permission denied: unknown`,
+			Failure{"/etc", "permission denied", 126}, true},
 		// podman (runc), captured
 		{`Error: runc: exec failed: unable to start container process: exec: "no-such-command": executable file not found in $PATH: OCI runtime attempted to invoke a command that was not found`,
 			Failure{"no-such-command", "executable file not found in $PATH", 127}, true},
