@@ -168,7 +168,7 @@ func (s *Sandbox) exec(ctx context.Context, c Command) (int, error) {
 	// Another user: the agent, not root in a sandbox run as the host's
 	// user, could not become one; the engine's exec can, where it has
 	// --user. Where it has none (kubectl), only the agent runs it.
-	agentUser := c.User != "" && s.rt().Capabilities().Lacks[runtime.ExecUser] != "" && c.session == nil
+	agentUser := c.User != "" && s.engineUserLacks() != "" && c.session == nil
 	if c.User != "" && s.spec.RunAsHostUser && !agentUser && c.session == nil {
 		viaAgent = false
 	}
@@ -393,7 +393,24 @@ func validUser(u string) error {
 // could run (the engine's exec has no --user), when it cannot.
 func (s *Sandbox) userError(user, why string) error {
 	return &SpecError{Setting: "user", Msg: fmt.Sprintf("running a command as %q here takes hsbx's agent (%s), and %s",
-		user, s.rt().Capabilities().Lacks[runtime.ExecUser], why)}
+		user, s.engineUserLacks(), why)}
+}
+
+// engineUserLacks says why the engine's own exec --user cannot run a
+// command as another user here ("": it can): the runtime has none
+// (kubectl), or the sandbox's OCI runtime does not confine what it starts
+// that way — under gVisor a process `exec --user` starts ignores the
+// files' permissions (it wrote root's 0444 files and /etc as a user with
+// no capabilities; measured with Debian's runsc on docker and podman),
+// where one the agent switches to is held to them.
+func (s *Sandbox) engineUserLacks() string {
+	if why := s.rt().Capabilities().Lacks[runtime.ExecUser]; why != "" {
+		return why
+	}
+	if strings.Contains(path.Base(s.spec.OCIRuntime), "runsc") {
+		return "under gVisor the engine's exec --user does not hold a process to the user's file permissions"
+	}
+	return ""
 }
 
 // steerError refuses a command whose environment names a variable the

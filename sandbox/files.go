@@ -362,7 +362,7 @@ func (s *Sandbox) agentRun(ctx context.Context, q agentReq, st *execStats) (int,
 		env = map[string]string{}
 	}
 	user := q.user
-	agentUser := user != "" && s.rt().Capabilities().Lacks[runtime.ExecUser] != ""
+	agentUser := user != "" && s.engineUserLacks() != ""
 	viaAgent := s.usesChannel(c) && (user == "" || !s.spec.RunAsHostUser || agentUser)
 	target := s.warmTarget()
 	for attempt := 0; ; attempt++ {
@@ -380,6 +380,13 @@ func (s *Sandbox) agentRun(ctx context.Context, q agentReq, st *execStats) (int,
 			}
 		}
 		if agentUser {
+			// Only the agent holds the process to the user: the holder
+			// this CLI starts, waited for, then asked once more.
+			if viaAgent && s.awaitHolder(ctx, target) {
+				if code, err := s.execChannel(ctx, target, c, env); !errors.Is(err, errNotReached) {
+					return code, errb, err
+				}
+			}
 			return -1, errb, s.userError(user, "the channel is "+s.ChannelStatus(target))
 		}
 		if q.steer != "" && !s.rt().Capabilities().ExecEnvInBand {

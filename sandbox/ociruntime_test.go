@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,6 +130,23 @@ func TestGVisorEveryEngine(t *testing.T) {
 				t.Fatalf("inside, %s is %q (%d %v)", dst, out.String(), code, err)
 			}
 		}
+		// First contact: each agent-backed feature, on the plain path (no
+		// channel), finds no agent of its own in the sandbox (runsc's
+		// answer through docker is on stdout), installs it, and runs what
+		// it was asked once, reporting it as done.
+		firstContact(t, e, e.manager().Sandbox(e.key("gv"), spec))
+		// Every agent mode as another user has that user's permissions
+		// (the engine's exec --user does not hold a process to them under
+		// gVisor: the agent switches user).
+		if !e.tg.Fake {
+			userConfined(t, sb, "/"+e.base+"gvconfined")
+			var se *sandbox.SpecError
+			err := e.manager().Sandbox(e.key("gv"), spec).WriteFile(ctx, "/"+e.base+"gvconfined/ro", strings.NewReader("x"), sandbox.FileOptions{User: "nobody"})
+			if !errors.As(err, &se) || se.Setting != "user" || !strings.Contains(err.Error(), "gVisor") {
+				t.Errorf("as nobody without the channel under gVisor: %v, want the user refused (only the agent confines it)", err)
+			}
+		}
+
 		// A timeout kills the command in the sandbox.
 		start := time.Now()
 		_, err = sb.Exec(ctx, sandbox.Command{Argv: []string{"sleep", "60"}, Timeout: time.Second})
@@ -237,5 +255,76 @@ func TestOCIRuntimeErrorHints(t *testing.T) {
 	missing := &sandbox.OCIRuntimeError{Runtime: "gvisor", Dialect: runtime.Kubectl, Err: runtime.ErrNoOCIRuntime}
 	if !strings.Contains(missing.Error(), `the cluster has no RuntimeClass "gvisor"`) || !strings.Contains(missing.Hint(), "kubectl get runtimeclasses") {
 		t.Errorf("kubectl: %q / %q", missing.Error(), missing.Hint())
+	}
+}
+
+// firstContact runs each agent-backed feature through sb (a handle without
+// the channel, on a running sandbox) as the first to find the agent
+// missing (a copy takes the channel under gVisor: its first contact is
+// the channel's): on the real engines the agent is removed before each, on the
+// fakes (which cannot remove it) the first is the background process,
+// the one a caller that retries would run twice.
+func firstContact(t *testing.T, e *env, sb *sandbox.Sandbox) {
+	t.Helper()
+	ctx := context.Background()
+	dir := "/" + e.base + "first"
+	if e.tg.Fake {
+		dir = t.TempDir() // the fakes' agent works on this host's files
+	}
+	fresh := func() {
+		if e.tg.Fake {
+			return
+		}
+		if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "rm -f /.hsbx-agent-*; mkdir -p " + dir}}); err != nil || code != 0 {
+			t.Fatalf("removing the agent: %d %v", code, err)
+		}
+	}
+	marker := e.base + "first-bg"
+	fresh()
+	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 2 # " + marker}})
+	if err != nil {
+		t.Fatalf("a background process on first contact: %v", err)
+	}
+	procs, err := sb.Processes(ctx, "")
+	n := 0
+	for _, pi := range procs {
+		if strings.Contains(strings.Join(pi.Argv, " "), marker) {
+			n++
+		}
+	}
+	if err != nil || n != 1 {
+		t.Fatalf("after one start on first contact: %d processes of it (%v), want 1", n, err)
+	}
+	if info, err := p.Wait(ctx); err != nil || info.ExitCode == nil || *info.ExitCode != 0 {
+		t.Errorf("the background process: %+v %v", info, err)
+	}
+	for _, f := range []struct {
+		name string
+		do   func() error
+	}{
+		{"write", func() error { return sb.WriteFile(ctx, dir+"/f", strings.NewReader("first"), sandbox.FileOptions{}) }},
+		{"read", func() error {
+			var b bytes.Buffer
+			if err := sb.ReadFile(ctx, dir+"/f", &b, sandbox.FileOptions{}); err != nil || b.String() != "first" {
+				return fmt.Errorf("%q %v", b.String(), err)
+			}
+			return nil
+		}},
+		{"list", func() error {
+			ents, err := sb.ListDir(ctx, dir, sandbox.FileOptions{})
+			if err != nil || len(ents) != 1 || ents[0].Name != "f" {
+				return fmt.Errorf("%+v %v", ents, err)
+			}
+			return nil
+		}},
+		{"remove", func() error { return sb.Remove(ctx, dir+"/f", sandbox.FileOptions{}) }},
+	} {
+		if e.tg.Fake && f.name != "write" {
+			continue // its agent is there now
+		}
+		fresh()
+		if err := f.do(); err != nil {
+			t.Errorf("%s on first contact: %v", f.name, err)
+		}
 	}
 }

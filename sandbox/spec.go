@@ -468,8 +468,8 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 		runMount = "/run:rw,exec,nosuid,size=64m" // s6 stage0 execs from /run
 	}
 	args = append(args,
-		"--tmpfs", "/tmp:rw,nosuid,size=512m",
-		"--tmpfs", "/var/tmp:rw,noexec,nosuid,size=256m",
+		"--tmpfs", "/tmp:rw,nosuid,size=512m,mode=1777", // 1777: every user's and sticky, whatever an engine defaults to
+		"--tmpfs", "/var/tmp:rw,noexec,nosuid,size=256m,mode=1777",
 		"--tmpfs", runMount)
 
 	// Limits. Rootless engines on cgroups v1 ignore them (podman only warns):

@@ -50,14 +50,28 @@ func Watch(w io.Writer, path string, recursive bool) error {
 		if len(dirs) >= maxWatches {
 			return fmt.Errorf("watch %s: more than %d directories", path, maxWatches)
 		}
-		wd, err := syscall.InotifyAddWatch(fd, dir, watchMask)
+		// The kernel's read check, made by opening it: gVisor's
+		// inotify_add_watch takes a directory its caller may not read.
+		var err error
+		if d, oerr := os.Open(dir); oerr != nil {
+			err = oerr
+			var pe *fs.PathError
+			if errors.As(oerr, &pe) {
+				err = pe.Err
+			}
+		} else {
+			d.Close()
+			var wd int
+			if wd, err = syscall.InotifyAddWatch(fd, dir, watchMask); err == nil {
+				dirs[int32(wd)] = dir
+			}
+		}
 		if err != nil {
 			if top {
 				return &fs.PathError{Op: "watch", Path: dir, Err: err}
 			}
 			return nil // gone, or not ours to read: not followed
 		}
-		dirs[int32(wd)] = dir
 		if !recursive {
 			return nil
 		}
