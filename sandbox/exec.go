@@ -407,7 +407,7 @@ func (s *Sandbox) engineUserLacks() string {
 	if why := s.rt().Capabilities().Lacks[runtime.ExecUser]; why != "" {
 		return why
 	}
-	if strings.Contains(path.Base(s.spec.OCIRuntime), "runsc") {
+	if isGVisor(s.spec.OCIRuntime) {
 		return "under gVisor the engine's exec --user does not hold a process to the user's file permissions"
 	}
 	return ""
@@ -466,11 +466,15 @@ func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env ma
 	cancel(nil) // ends the liveness check
 	wg.Wait()
 	var hung *engineHungError
+	var ended *channel.SandboxEndedError
 	switch {
 	case !interrupted:
 		return code, err
 	case errors.As(cause, &hung):
 		return -1, hung
+	case errors.As(cause, &ended):
+		return -1, fmt.Errorf("%w: sandbox %s was stopped or removed while the command ran (down, stop, another process, or it died): %v; it may have run part-way",
+			runtime.ErrEngine, s.name, ended)
 	}
 	// The client was stopped; the command's processes live on in the
 	// sandbox (the engine does not stop them). Kill them by their marker,
@@ -484,23 +488,30 @@ func (s *Sandbox) execOnce(ctx context.Context, target string, c Command, env ma
 
 // checkEngine waits livenessDelay; if the command has shown no output by
 // then, it asks the engine once (an inspect, bounded by the engine
-// timeout). An engine that does not answer stops the exec.
+// timeout). An engine that does not answer stops the exec. From then on
+// it watches the sandbox (channel.WatchSandbox): one that stopped or went
+// under the command (a crash, an OOM kill, its runtime killed — under
+// gVisor the engine then never ends the exec) stops the exec, when the
+// engine has not ended it itself.
 func (s *Sandbox) checkEngine(ctx context.Context, target string, alive *atomic.Bool, stop context.CancelCauseFunc) {
 	delay := s.m.c.LivenessDelay
 	if delay == 0 {
 		delay = livenessDelay
 	}
-	if delay < 0 || sleepCtx(ctx, delay) != nil || alive.Load() {
+	if delay < 0 || sleepCtx(ctx, delay) != nil {
 		return
 	}
-	_, err := s.rt().Inspect(ctx, target)
-	if ctx.Err() != nil {
-		return
+	hung := func(err error) error {
+		if !alive.Load() && (errors.Is(err, runtime.ErrTimeout) || errors.Is(err, runtime.ErrUnreachable)) {
+			return &engineHungError{err: err}
+		}
+		return nil
 	}
-	if errors.Is(err, runtime.ErrTimeout) || errors.Is(err, runtime.ErrUnreachable) {
-		stop(&engineHungError{err: err})
+	if err := channel.WatchSandbox(ctx, s.rt(), target, hung); err != nil {
+		stop(err)
 	}
 }
+
 
 // watch wraps a command's output writer: the first write marks the engine
 // alive, and a failed write stops the command (cause *WriterError). A

@@ -158,9 +158,10 @@ type Conn struct {
 }
 
 // OnStall sets what the Conn does when a command it sent waits on an agent
-// that has stopped answering (its pings go unanswered for PingWait): a
+// that has stopped answering (its pings go unanswered for PingWait), or
+// when an idle channel's agent has not answered for AgentDeadAfter/3: a
 // sandbox paused after the command was sent, whose frozen agent holds it
-// without a word. f may resume the sandbox (Open's unpauses a paused
+// without a word, or one that died under the channel. f may resume the sandbox (Open's unpauses a paused
 // one); the command keeps waiting either way, and runs at most once. f is
 // called again while the stall lasts, at most once per PingWait, with a
 // context that closing the Conn does not cancel: f bounds itself.
@@ -267,8 +268,14 @@ func (c *Conn) watch() {
 					}
 				}()
 			}
-			if f := c.onStall.Load(); f != nil && time.Since(time.Unix(0, c.heard.Load())) > c.quiet && c.waiting() && !checking.Swap(true) {
-				go c.checkStall(*f, &checking)
+			// A command waits on a quiet agent, or an idle channel's
+			// pings have gone unanswered twice (its sandbox may have died
+			// with nothing running: a forward's listener, a holder).
+			if f := c.onStall.Load(); f != nil && !checking.Load() {
+				if quiet := c.silent(); quiet > c.quiet && c.waiting() || c.deadAfter > 0 && quiet > c.deadAfter/3 {
+					checking.Store(true)
+					go c.checkStall(*f, &checking)
+				}
 			}
 			if t := c.rd.PartialSince(); !t.IsZero() && time.Since(t) > c.frameMax {
 				c.fail(fmt.Errorf("the agent began a frame and did not finish it within %s", c.frameMax))
@@ -377,6 +384,20 @@ func (c *Conn) Close() error {
 	}
 	return nil
 }
+
+// Abort ends the channel with err as its cause: every command waiting on
+// it ends at once with a *BrokenError, and the engine client carrying it
+// is stopped (for an exec stream the engine never ends: a sandbox whose
+// runtime died under it).
+func (c *Conn) Abort(err error) {
+	c.fail(err)
+	if c.closer != nil {
+		go c.closer.Close() // waits for the client up to KillWait, then kills it
+	}
+}
+
+// silent is how long the agent has sent nothing.
+func (c *Conn) silent() time.Duration { return time.Since(time.Unix(0, c.heard.Load())) }
 
 func (c *Conn) fail(err error) {
 	c.mu.Lock()

@@ -248,7 +248,23 @@ func RunAgent(ctx context.Context, a Agent, x AgentExec) (int, error) {
 		if x.Stdin != nil {
 			spec.Stdin, spec.Interactive = x.Stdin, true
 		}
-		return a.Runtime.Exec(ctx, spec)
+		// A run that lasts is watched: a sandbox that dies under it ends
+		// it (the engine may not).
+		ectx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		go func() {
+			if sleep(ectx, AgentExecWatch) {
+				if err := WatchSandbox(ectx, a.Runtime, a.ID, nil); err != nil {
+					cancel(err)
+				}
+			}
+		}()
+		code, err := a.Runtime.Exec(ectx, spec)
+		var ended *SandboxEndedError
+		if errors.As(context.Cause(ectx), &ended) && ctx.Err() == nil {
+			return -1, fmt.Errorf("%w: the sandbox stopped or went while hsbx's agent ran (%v); it may have run part-way", runtime.ErrEngine, ended)
+		}
+		return code, err
 	}
 	if x.Stdin != nil {
 		// Input is read once: the agent is made sure of first.
@@ -560,25 +576,44 @@ func start(ctx context.Context, a Agent, cmd []string) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("starting the agent: %v (exit %d: %s)", err, r.code, clip(msg))
 	}
-	conn.OnStall(func(ctx context.Context) { resumePaused(ctx, a) })
+	conn.OnStall(func(ctx context.Context) { stalled(ctx, a, conn) })
 	return conn, nil
 }
 
-// resumePaused unpauses the sandbox when a command waits on its agent and
-// the engine says it is paused: paused after the command was sent (a
-// command sent to an agent quiet for a while is pinged first, and one
-// that does not answer is not sent). The command then runs, once, as the
-// plain path runs a command in a paused sandbox: it unpauses it.
-func resumePaused(ctx context.Context, a Agent) {
+// stalled asks the engine about the sandbox when a command waits on its
+// agent and the agent does not answer a ping:
+//   - paused (after the command was sent: a command sent to an agent
+//     quiet for a while is pinged first, and one that does not answer is
+//     not sent): unpaused, and the command runs, once, as the plain path
+//     runs a command in a paused sandbox;
+//   - stopped or gone (a crash, an OOM kill, its runtime killed: under
+//     gVisor the engine then never ends the exec stream): the channel is
+//     aborted, and every command on it ends within seconds;
+//   - running, its agent silent for AgentDeadAfter (the agent's own
+//     bound for hsbx's silence): aborted too.
+//
+// An engine that does not answer is asked again at the next stall.
+func stalled(ctx context.Context, a Agent, conn *Conn) {
 	ctx, cancel := context.WithTimeout(ctx, 2*a.Runtime.CallTimeout())
 	defer cancel()
 	cs, err := a.Runtime.Inspect(ctx, a.ID)
-	if err != nil || len(cs) != 1 || cs[0].State != runtime.StatePaused {
-		return // running and slow, stopped or gone: the channel's end says so
-	}
-	err = a.Runtime.Unpause(ctx, a.ID)
-	if a.Log != nil {
-		a.Log.Warn("the sandbox was paused while a command waited on the exec channel; unpaused it so the command runs", "id", a.ID, "error", err)
+	switch {
+	case errors.Is(err, runtime.ErrNotFound) || err == nil && len(cs) == 0:
+		conn.Abort(errors.New("the sandbox is gone: the agent went away"))
+	case err != nil || len(cs) != 1:
+		return
+	case cs[0].State == runtime.StatePaused:
+		if !conn.waiting() {
+			return // paused while idle: it stays paused
+		}
+		err = a.Runtime.Unpause(ctx, a.ID)
+		if a.Log != nil {
+			a.Log.Warn("the sandbox was paused while a command waited on the exec channel; unpaused it so the command runs", "id", a.ID, "error", err)
+		}
+	case cs[0].State != runtime.StateRunning:
+		conn.Abort(fmt.Errorf("the sandbox is %s: the agent went away", cs[0].State))
+	case conn.silent() > conn.deadAfter && conn.deadAfter > 0:
+		conn.Abort(fmt.Errorf("the agent has sent nothing for %s while the sandbox runs: taken for gone", conn.silent().Round(time.Second)))
 	}
 }
 
