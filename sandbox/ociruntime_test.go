@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
 )
@@ -130,6 +131,26 @@ func TestGVisorEveryEngine(t *testing.T) {
 				t.Fatalf("inside, %s is %q (%d %v)", dst, out.String(), code, err)
 			}
 		}
+		// Sessions at scale: the engine's pids limit counts gVisor's own
+		// host tasks (about 8 a process); given pids_limit as it is, the
+		// sandbox died at its 21st session.
+		if !e.tg.Fake {
+			n := enginetest.Count(40, 200)
+			for i := range n {
+				var out bytes.Buffer
+				r, err := sb.RunScript(ctx, fmt.Sprintf("gv%d", i), sandbox.Script{Text: "echo ok", Stdout: &out})
+				if err != nil || r.Code != 0 || out.String() != "ok\n" {
+					t.Fatalf("session %d of %d under gVisor: %+v %v %q", i+1, n, r, err, out.String())
+				}
+			}
+			if cs, err := e.rt.Inspect(ctx, res.ID); err != nil || len(cs) != 1 || cs[0].State != runtime.StateRunning {
+				t.Fatalf("after %d sessions under gVisor the sandbox is %+v (%v)", n, cs, err)
+			}
+			for i := range n {
+				_ = sb.CloseSession(ctx, fmt.Sprintf("gv%d", i))
+			}
+		}
+
 		// First contact: each agent-backed feature, on the plain path (no
 		// channel), finds no agent of its own in the sandbox (runsc's
 		// answer through docker is on stdout), installs it, and runs what

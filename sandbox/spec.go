@@ -479,7 +479,7 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 		on                   bool
 	}
 	limits := []limit{
-		{"pids_limit", "--pids-limit", strconv.FormatInt(s.PidsLimit, 10), s.PidsLimit > 0},
+		{"pids_limit", "--pids-limit", strconv.FormatInt(s.enginePids(), 10), s.PidsLimit > 0},
 		{"cpu", "--cpus", strconv.FormatFloat(s.CPU, 'f', -1, 64), s.CPU > 0},
 		{"memory", "--memory", strconv.FormatInt(s.MemoryMB, 10) + "m", s.MemoryMB > 0},
 	}

@@ -90,6 +90,8 @@ func TestBuildRun(t *testing.T) {
 			want: []string{"-w /workspace", "-v /here:/workspace -v /st/home:/root"}, not: []string{"/st/ws"}},
 		{name: "mount cwd keeps an explicit cwd", spec: mod(func(s *Spec) { s.MountCwdToWorkspace = true; s.Cwd = "/x"; s.Explicit = map[string]bool{"cwd": true} }), host: rootful,
 			want: []string{"-w /x"}},
+		{name: "gVisor's pids limit counts its host tasks", spec: mod(func(s *Spec) { s.OCIRuntime = "/usr/local/bin/runsc" }), host: rootful,
+			want: []string{"--pids-limit 2560 "}, not: []string{"--pids-limit 256 "}},
 		{name: "zero limits are off", spec: mod(func(s *Spec) { s.CPU, s.MemoryMB, s.PidsLimit = 0, 0, 0 }), host: rootful,
 			not: []string{"--cpus", "--memory", "--pids-limit"}},
 		{name: "extra args last", spec: mod(func(s *Spec) { s.ExtraArgs = []string{"--gpus=all"}; s.Volumes = []string{"/a:/b:ro"} }), host: rootful,
