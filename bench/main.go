@@ -37,6 +37,7 @@ var (
 	// memCommands is how many commands the exec channel's memory check runs.
 	memCommands = flag.Int("mem-commands", 10000, "commands for the exec channel's memory check")
 	snapOnly    = flag.Bool("snapshots-only", false, "measure only the snapshot rows (a quick check; the report has nothing else)")
+	brokerOnly  = flag.Bool("broker-only", false, "measure only the brokered secret's row (a quick check, e.g. of two builds' -hsbx; the report has nothing else)")
 	small       = flag.Bool("small", false, "the smoke (CI): every big transfer (stdout, stdin, downloads, forwards, snapshots) at a fiftieth of its size, at least 1 MB, and 20 sessions at scale instead of 200; proves the harness end to end, gives no figure to quote")
 	kube        = flag.Bool("kube", false, "also measure the kubectl runtime on the cluster scripts/kube.sh set up (KUBECONFIG, HSBX_IT_KUBECTL)")
 )
@@ -143,8 +144,12 @@ func main() {
 		id := strings.TrimSpace(string(must(ctx, e.env, e.hsbx("up", "--task", "warm")...).Stdout))
 		e.rawExec = e.name + " exec ID true"
 		raw := func() time.Duration { return must(ctx, os.Environ(), e.bin, "exec", id, "true").Elapsed }
-		if *snapOnly {
-			writeRows(&b, snapshotRows(ctx, e))
+		if *snapOnly || *brokerOnly {
+			if *snapOnly {
+				writeRows(&b, snapshotRows(ctx, e))
+			} else {
+				writeRows(&b, brokerRow(ctx, e))
+			}
 			cleanup(ctx, e)
 			continue
 		}

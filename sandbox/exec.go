@@ -512,7 +512,6 @@ func (s *Sandbox) checkEngine(ctx context.Context, target string, alive *atomic.
 	}
 }
 
-
 // watch wraps a command's output writer: the first write marks the engine
 // alive, and a failed write stops the command (cause *WriterError). A
 // terminal is handed to the client as it is (it needs the real device).
