@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/enginetest"
+	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/reaper"
 	"github.com/hsbx/hsbx/runtime"
@@ -52,8 +55,27 @@ func TestSweepOnEveryEngine(t *testing.T) {
 					_ = rt.Remove(context.Background(), true, c.ID)
 				}
 			})
-			exited := run("exited", ours, "true")
-			running := run("running", ours, "sleep", "infinity")
+			// Each with a key and a nonce, whose CA files (brokered
+			// secrets) are in the state dir: the reaped one's go with it.
+			withCA := func(key, nonce string) map[string]string {
+				l := maps.Clone(ours)
+				l[sandbox.LabelKey], l[sandbox.LabelNonce] = key, nonce
+				return l
+			}
+			state := t.TempDir()
+			for _, kn := range [][2]string{{"00aa00aa00aa00aa", "exitednonce"}, {"11bb11bb11bb11bb", "runningnonce"}} {
+				dir := keystate.Dir(state, kn[0])
+				if err := os.MkdirAll(dir, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				for _, ext := range []string{".pem", ".key"} {
+					if err := os.WriteFile(filepath.Join(dir, "egress-ca-"+kn[1]+ext), []byte("x"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			exited := run("exited", withCA("00aa00aa00aa00aa", "exitednonce"), "true")
+			running := run("running", withCA("11bb11bb11bb11bb", "runningnonce"), "sleep", "infinity")
 			otherProfile := run("other", other, "true")
 			notOurs := run("foreign", foreign, "true")
 			if !tg.Fake {
@@ -67,7 +89,7 @@ func TestSweepOnEveryEngine(t *testing.T) {
 			recent := run("recent", ours, "true") // exits now: younger than the max age
 			time.Sleep(300 * time.Millisecond)
 
-			sw := &reaper.Sweeper{RT: rt}
+			sw := &reaper.Sweeper{RT: rt, StateDir: state}
 			calls.n.Store(0)
 			rep, err := sw.Sweep(ctx, reaper.Options{Profile: profile, MaxAge: 1100 * time.Millisecond, Now: time.Now()}, false)
 			if err != nil {
@@ -97,6 +119,10 @@ func TestSweepOnEveryEngine(t *testing.T) {
 			}
 			if cs, _ := rt.Inspect(ctx, exited); len(cs) != 0 {
 				t.Errorf("reported removed but still there")
+			}
+			cas, _ := filepath.Glob(filepath.Join(state, "sandboxes", "*", "egress-ca-*"))
+			if len(cas) != 2 || !strings.Contains(strings.Join(cas, " "), "runningnonce") {
+				t.Errorf("CA files after the sweep: %q, want the running sandbox's only", cas)
 			}
 		})
 	}
