@@ -254,6 +254,7 @@ func (c *Conn) watch() {
 	defer tick.Stop()
 	var writing, checking atomic.Bool
 	last := time.Now()
+	var idleChecked time.Time // an idle channel's last stall check
 	for {
 		select {
 		case <-c.done:
@@ -272,7 +273,15 @@ func (c *Conn) watch() {
 			// pings have gone unanswered twice (its sandbox may have died
 			// with nothing running: a forward's listener, a holder).
 			if f := c.onStall.Load(); f != nil && !checking.Load() {
-				if quiet := c.silent(); quiet > c.quiet && c.waiting() || c.deadAfter > 0 && quiet > c.deadAfter/3 {
+				quiet := c.silent()
+				waiting := quiet > c.quiet && c.waiting()
+				// Idle: at most once every deadAfter/3 (a paused
+				// sandbox's agent stays silent, and stays paused).
+				idle := !waiting && c.deadAfter > 0 && quiet > c.deadAfter/3 && time.Since(idleChecked) > c.deadAfter/3
+				if waiting || idle {
+					if idle {
+						idleChecked = time.Now()
+					}
 					checking.Store(true)
 					go c.checkStall(*f, &checking)
 				}

@@ -258,3 +258,48 @@ func TestStalledCommandCallsOnStall(t *testing.T) {
 		t.Fatal("OnStall was never called")
 	}
 }
+
+// An agent whose sandbox died under the channel: the engine keeps the
+// stream open (gVisor), the agent says nothing more. A command waiting on
+// it ends as soon as OnStall (Open's asks the engine) aborts the channel;
+// and an idle channel whose agent falls silent gets OnStall too, once in
+// a while, not at every tick.
+func TestAbortEndsACommandOnADeadAgent(t *testing.T) {
+	silent := func(r *wire.Reader, w *wire.Writer, _ *os.File) {
+		dead := false
+		for {
+			f, err := r.Read()
+			if err != nil {
+				return
+			}
+			switch {
+			case f.Type == wire.TStart:
+				dead = true // the sandbox dies with the command in
+			case f.Type == wire.TPing && !dead:
+				_ = w.Write(wire.TPong, 0, f.Payload)
+			}
+		}
+	}
+	c := stuckAgent(t, bounds{100 * time.Millisecond, 200 * time.Millisecond, FrameWait, AgentDeadAfter}, silent)
+	c.OnStall(func(context.Context) { c.Abort(errors.New("the sandbox is exited: the agent went away")) })
+	start := time.Now()
+	_, err := c.Run(context.Background(), Request{Start: wire.Start{Argv: []string{"sleep", "300"}}})
+	var be *BrokenError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "exited") || time.Since(start) > 5*time.Second {
+		t.Fatalf("Run on a dead agent: %v after %s, want the abort's error within seconds", err, time.Since(start))
+	}
+
+	idle := stuckAgent(t, bounds{100 * time.Millisecond, 200 * time.Millisecond, FrameWait, 3 * time.Second}, func(r *wire.Reader, _ *wire.Writer, _ *os.File) {
+		for {
+			if _, err := r.Read(); err != nil { // reads everything, answers nothing
+				return
+			}
+		}
+	})
+	var stalls atomic.Int32
+	idle.OnStall(func(context.Context) { stalls.Add(1) })
+	time.Sleep(3 * time.Second) // idle and silent: past deadAfter/3 twice
+	if n := stalls.Load(); n < 1 || n > 3 {
+		t.Fatalf("an idle channel's silent agent: %d stall checks in 3s, want 1 to 3", n)
+	}
+}
