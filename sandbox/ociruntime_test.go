@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -339,11 +341,48 @@ func firstContact(t *testing.T, e *env, sb *sandbox.Sandbox) {
 			return nil
 		}},
 		{"remove", func() error { return sb.Remove(ctx, dir+"/f", sandbox.FileOptions{}) }},
+		{"session", func() error {
+			var out bytes.Buffer
+			r, err := sb.Session("first").Run(ctx, "echo ok", sandbox.Script{Stdout: &out})
+			if err != nil || r.Code != 0 || out.String() != "ok\n" {
+				return fmt.Errorf("%+v %q %v", r, out.String(), err)
+			}
+			return nil
+		}},
+		{"forward", func() error {
+			// The connection's bytes are the listener's alone: no
+			// engine's words in them.
+			if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"nc", "-l", "-p", "8091", "-e", "echo", "hi"}}); err != nil {
+				return err
+			}
+			time.Sleep(500 * time.Millisecond)
+			fresh()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			fctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() { _ = sb.Forward(fctx, ln, sandbox.ForwardOptions{Port: 8091}) }()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+			got, err := io.ReadAll(c)
+			if string(got) != "hi\n" {
+				return fmt.Errorf("the connection carried %q (%v), want the listener's hi", got, err)
+			}
+			return nil
+		}},
 	} {
 		if e.tg.Fake && f.name != "write" {
 			continue // its agent is there now
 		}
-		fresh()
+		if f.name != "forward" { // it removes the agent once its listener runs
+			fresh()
+		}
 		if err := f.do(); err != nil {
 			t.Errorf("%s on first contact: %v", f.name, err)
 		}
