@@ -230,7 +230,7 @@ func RemovePath(path string, recursive bool) error {
 	}
 	if base := filepath.Base(path); base == "." || base == ".." {
 		// os.RemoveAll("d/..") empties d's parent before it fails.
-		return fmt.Errorf("remove %s: refusing a path that ends in . or ..", path)
+		return fmt.Errorf("remove %s: refusing a path whose last element is a dot or two (name the directory itself)", path)
 	}
 	fi, err := os.Lstat(path)
 	if err != nil {

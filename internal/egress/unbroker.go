@@ -190,10 +190,10 @@ func (x *unbrokerWriter) flush() {
 // length, is streamed.
 const maxWhole = 1 << 20
 
-// errEncoding is a response in an encoding the relay cannot look into.
-type errEncoding string
+// encodingError is a response in an encoding the relay cannot look into.
+type encodingError string
 
-func (e errEncoding) Error() string {
+func (e encodingError) Error() string {
 	return fmt.Sprintf("the response is in an encoding (%s) the relay cannot check for the secrets' values; the request asked for none", string(e))
 }
 
@@ -236,7 +236,7 @@ func (b *Broker) unbrokerResponse(resp *http.Response, req *http.Request) (*unbr
 		body = zr
 		resp.ContentLength = -1
 	default:
-		return u, errEncoding(enc)
+		return u, encodingError(enc)
 	}
 	resp.Header.Del("Content-Encoding")
 	if resp.ContentLength >= 0 && resp.ContentLength <= maxWhole {
