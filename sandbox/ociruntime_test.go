@@ -304,7 +304,7 @@ func firstContact(t *testing.T, e *env, sb *sandbox.Sandbox) {
 	}
 	marker := e.base + "first-bg"
 	fresh()
-	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 2 # " + marker}})
+	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "true # " + marker}})
 	if err != nil {
 		t.Fatalf("a background process on first contact: %v", err)
 	}
