@@ -291,10 +291,24 @@ func (s *Sandbox) exec(ctx context.Context, c Command) (int, error) {
 // sayIfGone explains a command killed by SIGKILL (137) when its sandbox
 // was stopped or removed under it (a down, a stop): one inspect, only for
 // such commands. The status stays the command's.
+//
+// The command's kill can reach hsbx a moment before the engine records
+// the stop (the fake engine kills the processes, then writes the state:
+// on a loaded machine the inspect came between): a sandbox still running
+// is asked again, twice, 200 ms apart.
 func (s *Sandbox) sayIfGone(ctx context.Context, target string) {
-	cur, err := s.inspectOwn(ctx, target)
-	if err == nil && (cur == nil || cur.State != runtime.StateRunning) {
-		s.m.c.Warn(fmt.Sprintf("sandbox %s was stopped or removed while the command ran (by down, stop or another process): the command was killed", s.name))
+	for try := 0; try < 3; try++ {
+		cur, err := s.inspectOwn(ctx, target)
+		if err != nil {
+			return
+		}
+		if cur == nil || cur.State != runtime.StateRunning {
+			s.m.c.Warn(fmt.Sprintf("sandbox %s was stopped or removed while the command ran (by down, stop or another process): the command was killed", s.name))
+			return
+		}
+		if try < 2 && sleepCtx(ctx, 200*time.Millisecond) != nil {
+			return
+		}
 	}
 }
 
