@@ -86,6 +86,15 @@ func newBrokerRig(t *testing.T) *brokerRig {
 			return g.value.Load().(string), nil
 		}},
 		Log: func(r Record) { g.mu.Lock(); g.recs = append(g.recs, r); g.mu.Unlock() }}
+	g.proxy = "http://" + serveProxy(t, px)
+	g.px = px
+	return g
+}
+
+// serveProxy serves px on a loopback port until the test ends and
+// returns its address.
+func serveProxy(t *testing.T, px *Proxy) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -100,9 +109,30 @@ func newBrokerRig(t *testing.T) *brokerRig {
 			go px.Serve(context.Background(), c.(*net.TCPConn))
 		}
 	}()
-	g.proxy = "http://" + ln.Addr().String()
-	g.px = px
-	return g
+	return ln.Addr().String()
+}
+
+// sink is a server that takes one connection and sends what it read, to
+// its end (10 s at most), on the channel it returns with its address.
+func sink(t *testing.T) (string, <-chan string) {
+	t.Helper()
+	got := make(chan string, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		b, _ := io.ReadAll(c)
+		got <- string(b)
+	}()
+	return ln.Addr().String(), got
 }
 
 // client is an unmodified client through the proxy, trusting the
@@ -243,26 +273,13 @@ func TestBrokerPutsTheValueInAndOnlyThere(t *testing.T) {
 // split across writes never arrives whole, and the tunnel is cut.
 func TestBrokerCutsATunnelCarryingAPlaceholder(t *testing.T) {
 	g := newBrokerRig(t)
-	got := make(chan string, 1)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		b, _ := io.ReadAll(c)
-		got <- string(b)
-	}()
+	addr, got := sink(t)
 	c, err := net.Dial("tcp", strings.TrimPrefix(g.proxy, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\n\r\n", ln.Addr())
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\n\r\n", addr)
 	br := bufio.NewReader(c)
 	if line, _ := br.ReadString('\n'); !strings.Contains(line, "200") {
 		t.Fatalf("CONNECT: %q", line)

@@ -116,22 +116,25 @@ func (u *unbroker) reader(r io.Reader) io.Reader { return &unbrokerReader{u: u, 
 type unbrokerReader struct {
 	u    *unbroker
 	r    io.Reader
+	buf  []byte // one read of r
 	out  []byte
 	done bool
 	err  error
 }
 
 func (x *unbrokerReader) Read(p []byte) (int, error) {
-	buf := make([]byte, 32<<10)
+	if x.buf == nil {
+		x.buf = make([]byte, 32<<10)
+	}
 	for len(x.out) == 0 && !x.done {
-		n, err := x.r.Read(buf)
+		n, err := x.r.Read(x.buf)
 		if err != nil {
 			x.done = true
 			if err != io.EOF {
 				x.err = err
 			}
 		}
-		x.out = append(x.out, x.u.feed(buf[:n], x.done)...)
+		x.out = append(x.out, x.u.feed(x.buf[:n], x.done)...)
 	}
 	if len(x.out) == 0 {
 		if x.err != nil {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -245,29 +244,14 @@ func TestProxyRefusesAnotherHostOverPlainHTTP(t *testing.T) {
 // never arrives whole.
 func TestBrokerWatchesChunkedBodies(t *testing.T) {
 	g := newBrokerRig(t)
-	got := make(chan string, 1)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		b, _ := io.ReadAll(c)
-		got <- string(b)
-		c.Close()
-	}()
+	addr, got := sink(t)
 	c, err := net.Dial("tcp", strings.TrimPrefix(g.proxy, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ph := g.key.Placeholder
-	fmt.Fprintf(c, "POST http://%s/ HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n", ln.Addr(), ln.Addr())
+	fmt.Fprintf(c, "POST http://%s/ HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n", addr, addr)
 	first := strings.Repeat("a", 1<<20+10) + ph[:20]
 	fmt.Fprintf(c, "%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n", len(first), first, len(ph)-20, ph[20:])
 	select {
@@ -364,22 +348,9 @@ func TestProxyRefusesDomainFronting(t *testing.T) {
 	var recs []Record
 	var mu sync.Mutex
 	px := &Proxy{Policy: &Policy{Rules: mustRules(t, "127.0.0.1", "*.allowed.example")}, Log: func(r Record) { mu.Lock(); recs = append(recs, r); mu.Unlock() }}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go px.Serve(context.Background(), c.(*net.TCPConn))
-		}
-	}()
+	proxy := serveProxy(t, px)
 	tunnel := func(sni string) error {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", proxy)
 		if err != nil {
 			t.Fatal(err)
 		}
