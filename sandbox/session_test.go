@@ -368,10 +368,21 @@ func TestSessionsAtTheProcessLimit(t *testing.T) {
 		if _, err := sb.RunScript(ctx, "s0", sandbox.Script{Text: `i=0; while [ $i -lt 60 ]; do sleep 1000 & i=$((i+1)); done 2>/dev/null; true`}); err != nil {
 			t.Fatal(err)
 		}
-		code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}})
-		if !errors.Is(err, sandbox.ErrResourceExhausted) {
-			t.Errorf("exec with no process left: %d %v, want ErrResourceExhausted, never 126", code, err)
+		// Commands at once, each refused: the agent that refuses them
+		// makes no thread it cannot have (it would die, and every
+		// command with it).
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"true"}})
+				if !errors.Is(err, sandbox.ErrResourceExhausted) {
+					t.Errorf("exec with no process left: %d %v, want ErrResourceExhausted, never 126", code, err)
+				}
+			}()
 		}
+		wg.Wait()
 		dst := filepath.Join(t.TempDir(), "hostname")
 		if err := sb.CopyOut(ctx, "/etc/hostname", dst); err != nil {
 			t.Errorf("cp out with no process left: %v, want the engine's cp to make it", err)

@@ -119,6 +119,7 @@ func background(mode string, args []string) (int, error) {
 		}
 		return bgStart(dir, args[0], bound, args[2:])
 	case mode == "bg-supervise" && len(args) >= 2:
+		spareThreads(2)
 		bgSupervise(dir, args[1:])
 		return 0, nil
 	}

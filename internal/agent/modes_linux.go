@@ -87,6 +87,7 @@ func RunMode(args []string, build string) (code int, ok bool) {
 		os.Stdout.WriteString(wire.AgentFeatures + "\n")
 		return 0, true
 	case len(args) == 1 && args[0] == "agent":
+		spareThreads(4)
 		if err := Serve(os.Stdin, os.Stdout, build); err != nil {
 			return fail(err), true
 		}
@@ -128,6 +129,7 @@ func RunMode(args []string, build string) (code int, ok bool) {
 		}
 		return 0, true
 	case len(args) == 2 && args[0] == "session-server":
+		spareThreads(4)
 		if err := ServeSessions(args[1]); err != nil {
 			return fail(err), true
 		}
