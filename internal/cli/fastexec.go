@@ -1,6 +1,10 @@
 package cli
 
-import "strings"
+import (
+	"reflect"
+	"strings"
+	"unicode"
+)
 
 // fastExec reads the common shape of an exec command line without kong:
 // `[GLOBAL...] exec [FLAG...] -- CMD...`, every flag spelled out with its
@@ -9,70 +13,98 @@ import "strings"
 // runs hundreds of these. Anything else — help, a bundle like -it, a
 // value that is empty or begins with '-', no "--", an unknown word — is
 // not taken (ok false) and kong parses it, with the last word on errors.
-// TestFastExecAgreesWithKong and FuzzFastExec hold the two to the same
-// result.
+// The flags are ExecCmd's, read from its kong tags (fastCommand): declared
+// once. TestFastExecAgreesWithKong and FuzzFastExec hold the two parsers
+// to the same result.
 func fastExec(args []string) (g Globals, c ExecCmd, ok bool) {
-	g, rest, ok := fastParse(args, "exec", func(name string) bool {
-		switch name {
-		case "-i", "--interactive":
-			c.Interactive = true
-		case "-t", "--tty":
-			c.TTY = true
-		default:
-			return false
-		}
-		return true
-	}, func(name, value string) bool {
-		switch name {
-		case "--task":
-			c.Task = nameFlag{Value: value, Set: true}
-		case "-w", "--workdir":
-			c.Workdir = value
-		case "-u", "--user":
-			c.User = value
-		case "-e", "--env":
-			c.Env = append(c.Env, value)
-		case "--timeout":
-			c.Timeout = value
-		case "--max-output":
-			c.MaxOutput = value
-		default:
-			return false
-		}
-		return true
-	})
-	c.Cmd = rest
+	g, ok = fastCommand(args, "exec", &c)
 	return g, c, ok
 }
 
 // fastRun is fastExec for `hsbx run`, the other command a session makes
 // hundreds of times (TestFastRunAgreesWithKong, FuzzFastRun).
 func fastRun(args []string) (g Globals, c RunCmd, ok bool) {
-	g, rest, ok := fastParse(args, "run", func(name string) bool {
-		if name == "-i" || name == "--interactive" {
-			c.Interactive = true
-			return true
+	g, ok = fastCommand(args, "run", &c)
+	return g, c, ok
+}
+
+// fastCommand reads `[GLOBAL...] command [FLAG...] -- REST...` into cmd
+// (a pointer to a command's struct): its flags are the fields kong reads
+// as flags (a help tag), named as kong names them (the name tag, or the
+// field's name in kebab case; the short tag), of the kinds a fast line
+// has (bool, string, []string, nameFlag); REST goes to its arg field.
+func fastCommand(args []string, command string, cmd any) (Globals, bool) {
+	flags := map[string]reflect.Value{}
+	var arg reflect.Value
+	commandFlags(reflect.ValueOf(cmd).Elem(), flags, &arg)
+	g, rest, ok := fastParse(args, command, func(name string) bool {
+		f, found := flags[name]
+		if !found || f.Kind() != reflect.Bool {
+			return false
 		}
-		return false
+		f.SetBool(true)
+		return true
 	}, func(name, value string) bool {
-		switch name {
-		case "--task":
-			c.Task = nameFlag{Value: value, Set: true}
-		case "-s", "--session":
-			c.Session = value
-		case "-u", "--user":
-			c.User = value
-		case "--timeout":
-			c.Timeout = value
-		case "--max-output":
-			c.MaxOutput = value
+		f, found := flags[name]
+		switch {
+		case !found:
+			return false
+		case f.Type() == reflect.TypeFor[nameFlag]():
+			f.Set(reflect.ValueOf(nameFlag{Value: value, Set: true}))
+		case f.Kind() == reflect.String:
+			f.SetString(value)
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.String:
+			f.Set(reflect.Append(f, reflect.ValueOf(value)))
 		default:
 			return false
 		}
 		return true
 	})
-	c.Text = rest
-	return g, c, ok
+	if ok && arg.IsValid() {
+		arg.Set(reflect.ValueOf(rest))
+	}
+	return g, ok
+}
+
+// commandFlags adds v's flag fields (and its embedded structs') to flags
+// by every name kong gives them, and finds its arg field.
+func commandFlags(v reflect.Value, flags map[string]reflect.Value, arg *reflect.Value) {
+	t := v.Type()
+	for i := range t.NumField() {
+		sf, fv := t.Field(i), v.Field(i)
+		if sf.Anonymous && sf.Type.Kind() == reflect.Struct {
+			commandFlags(fv, flags, arg)
+			continue
+		}
+		if _, ok := sf.Tag.Lookup("arg"); ok {
+			*arg = fv
+			continue
+		}
+		if _, ok := sf.Tag.Lookup("help"); !ok || !sf.IsExported() {
+			continue
+		}
+		name := sf.Tag.Get("name")
+		if name == "" {
+			name = kebab(sf.Name)
+		}
+		flags["--"+name] = fv
+		if short := sf.Tag.Get("short"); short != "" {
+			flags["-"+short] = fv
+		}
+	}
+}
+
+// kebab is a Go field name as kong names its flag: MaxOutput is
+// max-output, TTY tty.
+func kebab(name string) string {
+	var b strings.Builder
+	for i, r := range name {
+		if i > 0 && unicode.IsUpper(r) && unicode.IsLower(rune(name[i-1])) {
+			b.WriteByte('-')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }
 
 // fastParse reads `[GLOBAL...] command [FLAG...] -- REST...`: the globals
