@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/config"
+	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/internal/proc"
@@ -66,9 +67,23 @@ type Options struct {
 	// sandbox can be made, and returns where the engine's progress goes
 	// (nil: nowhere). The pull is bounded by pull_timeout.
 	OnPull func(image string) io.Writer
-	// Customize, when set, adjusts the sandbox manager's configuration
-	// before use (the CLI adds its exec channel holders here).
-	Customize func(*sandbox.Config)
+	// NoRecord: commands are not appended to the record of what ran.
+	NoRecord bool
+	// Command is the hsbx command's own wiring; a program embedding the
+	// package leaves it nil.
+	Command *CommandWiring
+}
+
+// CommandWiring is how the hsbx command wires the library for its
+// processes: the exec channel in holder processes every one of them
+// shares (none: the command takes the plain path; the channel would cost
+// one process more than its one command saves), its own words for what a
+// user can do, and its signal handlers' readiness, awaited before a
+// command starts (sandbox.Config's fields of those names).
+type CommandWiring struct {
+	Holders     channel.Holders
+	Remedies    func(sandbox.Remedy, sandbox.Key) string
+	BeforeStart func()
 }
 
 // DefaultStateDir is the CLI's state directory for this environment:
@@ -201,10 +216,11 @@ func Open(ctx context.Context, o Options) (*Client, error) {
 	sc.CopyChannelMax, _ = config.SizeBytes(o.Config.CopyChannelMax.Value)
 	sc.SnapshotMaxBytes, _ = config.SizeBytes(o.Config.SnapshotMaxSize.Value)
 	// The in-process channel, with the agent hsbx carries (or the one
-	// named); the CLI's Customize adds holders.
-	sc.Channel, sc.Agent = o.Config.ExecChannel.Value, o.Config.ExecChannelAgent.Value
-	if o.Customize != nil {
-		o.Customize(&sc)
+	// named); the command's in its holders.
+	sc.Channel, sc.Agent, sc.NoRecord = o.Config.ExecChannel.Value, o.Config.ExecChannelAgent.Value, o.NoRecord
+	if w := o.Command; w != nil {
+		sc.Holders, sc.Remedies, sc.BeforeStart = w.Holders, w.Remedies, w.BeforeStart
+		sc.Channel = sc.Channel && w.Holders.On()
 	}
 	c.m = sandbox.New(sc)
 	return c, nil

@@ -564,7 +564,7 @@ func smallCopies(ctx context.Context, e *engine, rawName string, rawCp func(src,
 func recordCost(ctx context.Context, e *engine) row {
 	open := func(noRecord bool) *sandbox.Sandbox {
 		c, err := hsbx.Open(ctx, hsbx.Options{Environ: e.env, NoAutoSweep: true,
-			Customize: func(sc *sandbox.Config) { sc.NoRecord = noRecord }})
+			NoRecord: noRecord})
 		if err != nil {
 			fail("%s: hsbx.Open: %v", e.name, err)
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
+	"github.com/hsbx/hsbx/sandbox/forward"
 )
 
 // forwardRows measure a port forward (the Go package's Sandbox.Forward,
@@ -29,7 +31,7 @@ func forwardRows(ctx context.Context, e *engine) []row {
 	if code, err := sb.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", setup}}); err != nil || code != 0 {
 		fail("%s: forward setup: exit %d: %v", e.name, code, err)
 	}
-	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", fmt.Sprintf("127.0.0.1:%d", port), "-h", "/tmp/fwd"}})
+	p, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", fmt.Sprintf("127.0.0.1:%d", port), "-h", "/tmp/fwd"}})
 	if err != nil {
 		fail("%s: httpd in the sandbox: %v", e.name, err)
 	}
@@ -40,7 +42,7 @@ func forwardRows(ctx context.Context, e *engine) []row {
 	}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _ = sb.Forward(fctx, ln, sandbox.ForwardOptions{Port: port}) }()
+	go func() { _ = forward.Run(fctx, sb, ln, forward.Options{Port: port}) }()
 
 	dir, err := os.MkdirTemp("", "hsbx-bench-fwd-")
 	if err != nil {

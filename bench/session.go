@@ -22,7 +22,7 @@ import (
 func sessionRows(ctx context.Context, e *engine, rawExec []string, rawName string) []row {
 	// The Go package: a warm session, builtin after builtin.
 	sb := libraryClient(ctx, e).Sandbox("warm")
-	ss := sb.Session("bench-lib")
+	ss := sb.Session("bench-lib", "")
 	script := sandbox.Script{Stdout: io.Discard, Stderr: io.Discard}
 	runLib := func() time.Duration {
 		start := time.Now()
@@ -101,7 +101,7 @@ func sessionScale(ctx context.Context, e *engine) string {
 		}
 	}
 	for i := 1; i <= n; i++ {
-		if err := sb.CloseSession(ctx, fmt.Sprintf("s%d", i)); err != nil {
+		if err := sb.Session(fmt.Sprintf("s%d", i), "").Close(ctx); err != nil {
 			fail("%s: closing session %d: %v", e.name, i, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
 )
 
 // Background processes on every engine, started through the channel and
@@ -31,23 +32,23 @@ func TestBackground(t *testing.T) {
 			if e.tg.Fake {
 				t.Cleanup(func() { _ = os.Remove(gate) })
 			}
-			p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "start $V"; while [ ! -e "$G" ]; do sleep 1; done; echo done; exit 3`}, Env: map[string]string{"V": "x", "G": gate}})
+			p, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", `echo "start $V"; while [ ! -e "$G" ]; do sleep 1; done; echo done; exit 3`}, Env: map[string]string{"V": "x", "G": gate}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_ = sb.Close(ctx)                                     // its channel goes; the process does not
-			other := e.shared(t, route.channel).Process(p.ID, "") // another process's
+			_ = sb.Close(ctx)                                                // its channel goes; the process does not
+			other := background.Of(e.shared(t, route.channel)).Get(p.ID, "") // another process's
 			info, err := other.Info(ctx)
 			if err != nil || !info.Running || info.PID == 0 || strings.Join(info.Argv, " ") == "" {
 				t.Fatalf("info from another handle: %+v %v", info, err)
 			}
-			if g, err := sb.Start(ctx, sandbox.Command{Argv: []string{"touch", gate}}); err != nil {
+			if g, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"touch", gate}}); err != nil {
 				t.Fatal(err)
 			} else if info, err := g.Wait(ctx); err != nil || info.ExitCode == nil || *info.ExitCode != 0 {
 				t.Fatalf("touch %s: %+v %v", gate, info, err)
 			}
 			var out bytes.Buffer
-			if err := other.Output(ctx, &out, sandbox.OutputOptions{Follow: true}); err != nil || out.String() != "start x\ndone\n" {
+			if err := other.Output(ctx, &out, background.OutputOptions{Follow: true}); err != nil || out.String() != "start x\ndone\n" {
 				t.Fatalf("followed output %q %v", out.String(), err)
 			}
 			info, err = other.Wait(ctx)
@@ -55,7 +56,7 @@ func TestBackground(t *testing.T) {
 				t.Fatalf("wait: %+v %v", info, err)
 			}
 			// A tree, killed whole.
-			q, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 300 & echo both; wait"}})
+			q, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 300 & sleep 300 & echo both; wait"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +64,7 @@ func TestBackground(t *testing.T) {
 			// came before the shell had started its second sleep).
 			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 				var b bytes.Buffer
-				if err := q.Output(ctx, &b, sandbox.OutputOptions{}); err == nil && b.String() == "both\n" {
+				if err := q.Output(ctx, &b, background.OutputOptions{}); err == nil && b.String() == "both\n" {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -81,7 +82,7 @@ func TestBackground(t *testing.T) {
 				t.Errorf("after the kill: %+v %v", info, err)
 			}
 			// Over the bound: the oldest dropped, and said.
-			big, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "head -c 6000000 /dev/zero; echo; echo tail-end"}})
+			big, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "head -c 6000000 /dev/zero; echo; echo tail-end"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,22 +91,22 @@ func TestBackground(t *testing.T) {
 			}
 			out.Reset()
 			var dropped bytes.Buffer
-			if err := big.Output(ctx, &out, sandbox.OutputOptions{Dropped: &dropped}); err != nil {
+			if err := big.Output(ctx, &out, background.OutputOptions{Dropped: &dropped}); err != nil {
 				t.Fatal(err)
 			}
-			if out.Len() > sandbox.BackgroundOutputMax || !strings.HasSuffix(out.String(), "\ntail-end\n") || !strings.Contains(dropped.String(), "were dropped") {
+			if out.Len() > background.OutputMax || !strings.HasSuffix(out.String(), "\ntail-end\n") || !strings.Contains(dropped.String(), "were dropped") {
 				t.Errorf("over the bound: %d bytes kept, ends %q, mark %q", out.Len(), out.String()[max(0, out.Len()-12):], dropped.String())
 			}
 			// Not found: an unknown id; a command that is not there.
-			if _, err := sb.Process("0123456789abcdef", "").Info(ctx); !errors.Is(err, sandbox.ErrNoProcess) {
+			if _, err := background.Of(sb).Get("0123456789abcdef", "").Info(ctx); !errors.Is(err, background.ErrNoProcess) {
 				t.Errorf("an unknown id: %v", err)
 			}
-			_, err = sb.Start(ctx, sandbox.Command{Argv: []string{"no-such-command-hsbx"}})
+			_, err = background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"no-such-command-hsbx"}})
 			var ee *sandbox.ExitError
 			if !errors.As(err, &ee) || ee.Code != 127 {
 				t.Errorf("a missing command: %v", err)
 			}
-			list, err := sb.Processes(ctx, "")
+			list, err := background.Of(sb).List(ctx, "")
 			if err != nil || len(list) < 3 {
 				t.Errorf("list: %d %v", len(list), err)
 			}
@@ -113,11 +114,11 @@ func TestBackground(t *testing.T) {
 				return // the fake cannot switch user; kubectl has no --user
 			}
 			// Another user's are its own.
-			np, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", "1"}, User: "nobody"})
+			np, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"sleep", "1"}, User: "nobody"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := sb.Process(np.ID, "").Info(ctx); !errors.Is(err, sandbox.ErrNoProcess) {
+			if _, err := background.Of(sb).Get(np.ID, "").Info(ctx); !errors.Is(err, background.ErrNoProcess) {
 				t.Errorf("nobody's process seen as root's: %v", err)
 			}
 			if info, err := np.Wait(ctx); err != nil || info.ExitCode == nil || *info.ExitCode != 0 {

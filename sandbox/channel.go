@@ -317,7 +317,7 @@ func (s *Sandbox) channelRunner(ctx context.Context, target string) (run runFunc
 // a command only the channel can run. The Go package's own channel has
 // been tried already. It reports whether a holder serves.
 func (s *Sandbox) awaitHolder(ctx context.Context, target string) bool {
-	if s.m.c.Holders.Dir == "" || s.m.c.Holders.Start == nil {
+	if !s.m.c.Holders.Starts() {
 		return false
 	}
 	sock := s.m.holderSocket(target, s.execUser())
@@ -325,7 +325,7 @@ func (s *Sandbox) awaitHolder(ctx context.Context, target string) bool {
 		return false
 	}
 	s.ch.holderTried.Store(true)
-	s.m.c.Holders.Start(s.holderSpec(sock, target, s.relays()))
+	s.m.c.Holders.Start(sock, s.holderSpec(target, s.relays()))
 	deadline := time.Now().Add(min(4*s.rt().CallTimeout(), time.Minute))
 	for time.Now().Before(deadline) {
 		if channel.Alive(sock, time.Second) {
@@ -353,10 +353,10 @@ func (s *Sandbox) dropChannel(target string) {
 // afterPlainExec starts a holder for the next hsbx process (CLI), once
 // per handle, when the plain path ran a command in a verified sandbox.
 func (s *Sandbox) afterPlainExec(target string) {
-	if s.m.c.Holders.Dir == "" || s.m.c.Holders.Start == nil || s.ephemeral || s.ch.holderTried.Swap(true) {
+	if !s.m.c.Holders.Starts() || s.ephemeral || s.ch.holderTried.Swap(true) {
 		return
 	}
-	s.m.c.Holders.Start(s.holderSpec(s.m.holderSocket(target, s.execUser()), target, s.relays()))
+	s.m.c.Holders.Start(s.m.holderSocket(target, s.execUser()), s.holderSpec(target, s.relays()))
 }
 
 // closeChannel ends the in-process channel (the agent kills what it runs).

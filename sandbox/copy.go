@@ -8,12 +8,13 @@ import (
 	"io"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
+	"github.com/hsbx/hsbx/internal/cparchive"
 	"github.com/hsbx/hsbx/internal/hostcopy"
+	"github.com/hsbx/hsbx/internal/iocount"
 	"github.com/hsbx/hsbx/internal/proc"
-	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -45,10 +46,10 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 	}
 	dst = s.sandboxPath(dst)
 	if s.fastCopies() {
-		if over, err := hostcopy.Over(src, s.m.c.CopyChannelMax); err == nil && !over {
+		if over, err := cparchive.Over(src, s.m.c.CopyChannelMax); err == nil && !over {
 			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(hostcopy.Archive(pw, src)) }()
-			made, err := s.fastCopy(ctx, []string{"copy-in", dst}, pr, nil)
+			go func() { pw.CloseWithError(cparchive.Archive(pw, src)) }()
+			made, err := s.fastCopy(ctx, agentapi.CopyIn{Dst: dst}.Args(), pr, nil)
 			pr.Close()
 			if made {
 				return s.copyError(dst, err)
@@ -58,9 +59,9 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 	return s.copying(ctx, true, dst, func(id string, viaAgent bool) error {
 		if viaAgent {
 			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(hostcopy.Archive(pw, src)) }()
+			go func() { pw.CloseWithError(cparchive.Archive(pw, src)) }()
 			defer pr.Close()
-			return s.viaAgent(ctx, id, []string{"tar-in", dst}, pr, nil)
+			return s.viaAgent(ctx, id, agentapi.TarIn{Dst: dst}.Args(), pr, nil)
 		}
 		return s.rt().CopyTo(ctx, id, src, dst)
 	})
@@ -89,7 +90,7 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, dst string) error {
 	return s.copying(ctx, false, src, func(id string, viaAgent bool) error {
 		stream := func(w io.Writer) error { return s.rt().CopyOut(ctx, id, src, w) }
 		if viaAgent {
-			stream = func(w io.Writer) error { return s.viaAgent(ctx, id, []string{"tar-out", src}, nil, w) }
+			stream = func(w io.Writer) error { return s.viaAgent(ctx, id, agentapi.TarOut{Src: src}.Args(), nil, w) }
 		}
 		return hostcopy.CopyFrom(dst, src, stream, o)
 	})
@@ -115,7 +116,7 @@ func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) er
 			return s.copyError(dir, err)
 		}
 		if int64(len(head)) <= s.m.c.CopyChannelMax {
-			if made, err := s.fastCopy(ctx, []string{"copy-in", dir + "/"}, bytes.NewReader(head), nil); made {
+			if made, err := s.fastCopy(ctx, agentapi.CopyIn{Dst: dir + "/"}.Args(), bytes.NewReader(head), nil); made {
 				return s.copyError(dir, err)
 			}
 		}
@@ -123,7 +124,7 @@ func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) er
 	}
 	return s.copying(ctx, true, dir, func(id string, viaAgent bool) error {
 		if viaAgent {
-			return s.viaAgent(ctx, id, []string{"tar-in", dir + "/"}, r, nil)
+			return s.viaAgent(ctx, id, agentapi.TarIn{Dst: dir + "/"}.Args(), r, nil)
 		}
 		return s.rt().CopyIn(ctx, id, dir, r)
 	})
@@ -140,7 +141,7 @@ func (s *Sandbox) CopyOutArchive(ctx context.Context, src string, w io.Writer) e
 	}
 	return s.copying(ctx, false, src, func(id string, viaAgent bool) error {
 		if viaAgent {
-			return s.viaAgent(ctx, id, []string{"tar-out", src}, nil, w)
+			return s.viaAgent(ctx, id, agentapi.TarOut{Src: src}.Args(), nil, w)
 		}
 		return s.rt().CopyOut(ctx, id, src, w)
 	})
@@ -194,14 +195,14 @@ func (s *Sandbox) fastCopies() bool {
 }
 
 func (s *Sandbox) copyOutArgs(src string) []string {
-	return []string{"copy-out", src, strconv.FormatInt(s.m.c.CopyChannelMax, 10)}
+	return agentapi.CopyOut{Src: src, Bound: s.m.c.CopyChannelMax}.Args()
 }
 
 // fastCopy makes a copy through the agent of the sandbox's exec channel
 // when the channel is up for its verified container: no engine call,
 // where the engine's cp costs an inspect and a cp. made is false, with
 // nothing written, when the copy is the engine's: no channel is up, or the
-// agent handed it back (wire.ExitUseEngine: not root, over
+// agent handed it back (agentapi.ExitUseEngine: not root, over
 // CopyChannelMax, a destination the engine must judge; or status 2, an
 // agent of an older hsbx that has no such mode).
 func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) (made bool, err error) {
@@ -209,7 +210,7 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 	if id == "" {
 		return false, nil
 	}
-	sent := &countingWriter{w: stdout}
+	sent := &iocount.Writer{W: stdout}
 	var out io.Writer
 	if stdout != nil {
 		out = sent
@@ -217,13 +218,13 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 	c, errb := agentCommand(args, stdin, out)
 	code, err := s.execChannel(ctx, id, c, map[string]string{})
 	switch {
-	case err == nil && (code == wire.ExitUseEngine || code == 2) && sent.n > 0:
+	case err == nil && (code == agentapi.ExitUseEngine || code == 2) && sent.N > 0:
 		// Only a hostile sandbox sends part of an archive and then hands
 		// the copy back: the engine's would follow it in the stream.
-		return true, fmt.Errorf("hsbx's agent handed the copy back after sending %d bytes of it", sent.n)
-	case errors.Is(err, errNotReached), err == nil && (code == wire.ExitUseEngine || code == 2):
+		return true, fmt.Errorf("hsbx's agent handed the copy back after sending %d bytes of it", sent.N)
+	case errors.Is(err, errNotReached), err == nil && (code == agentapi.ExitUseEngine || code == 2):
 		return false, nil
-	case errors.Is(err, ErrResourceExhausted) && sent.n == 0:
+	case errors.Is(err, ErrResourceExhausted) && sent.N == 0:
 		// The agent could not start its copy (the sandbox is out of
 		// processes): the engine's cp needs none in the sandbox.
 		s.m.log.Debug("the agent could not start the copy; the engine's cp makes it", "error", err)
@@ -238,7 +239,7 @@ func (s *Sandbox) fastCopy(ctx context.Context, args []string, stdin io.Reader, 
 // through the exec channel, its stderr kept for agentFailed.
 func agentCommand(args []string, stdin io.Reader, stdout io.Writer) (Command, *proc.TailBuffer) {
 	errb := &proc.TailBuffer{Max: 4 << 10}
-	c := Command{Argv: append([]string{wire.AgentSelf}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}
+	c := Command{Argv: append([]string{agentapi.AgentSelf}, args...), Stdin: stdin, Stdout: stdout, Stderr: errb}
 	if stdin != nil {
 		c.tap = newStdinTap(stdin) // viaAgent's second try gets it from the first byte
 	}
@@ -251,17 +252,6 @@ func agentFailed(code int, errb *proc.TailBuffer) error {
 		return nil
 	}
 	return fmt.Errorf("hsbx's agent could not copy (exit %d): %s", code, strings.TrimSpace(string(errb.Bytes())))
-}
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 func (s *Sandbox) copyError(p string, err error) error {

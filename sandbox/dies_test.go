@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
+	"github.com/hsbx/hsbx/sandbox/files"
+	"github.com/hsbx/hsbx/sandbox/forward"
 )
 
 // dieBound is how soon after its sandbox dies every command on it must
@@ -76,20 +79,20 @@ func TestSandboxDiesUnderCommands(t *testing.T) {
 		run("exec through the channel", func() error { return asErr(sb.Exec(ctx, sandbox.Command{Argv: long})) })
 		run("exec on the plain path", func() error { return asErr(plain.Exec(ctx, sandbox.Command{Argv: long})) })
 		run("a session's script", func() error {
-			r, err := sb.Session("dies").Run(ctx, "sleep 300", sandbox.Script{})
+			r, err := sb.Session("dies", "").Run(ctx, "sleep 300", sandbox.Script{})
 			return asErr(r.Code, err)
 		})
 		pr, pw := io.Pipe()
 		defer pw.Close()
 		go func() { _, _ = pw.Write([]byte("the start of it")) }() // and no end
 		run("a file write taking input", func() error {
-			err := sb.WriteFile(ctx, "/tmp/dies", pr, sandbox.FileOptions{})
+			err := files.Of(sb).Write(ctx, "/tmp/dies", pr, files.Options{})
 			if err == nil {
 				return errors.New("written")
 			}
 			return err
 		})
-		p, err := sb.Start(ctx, sandbox.Command{Argv: long})
+		p, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: long})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +104,7 @@ func TestSandboxDiesUnderCommands(t *testing.T) {
 			return err
 		})
 		// A forward with a connection open to a listener in the sandbox.
-		if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"nc", "-l", "-p", "8089"}}); err != nil {
+		if _, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"nc", "-l", "-p", "8089"}}); err != nil {
 			t.Fatal(err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -109,7 +112,7 @@ func TestSandboxDiesUnderCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		run("a forward", func() error {
-			err := sb.Forward(ctx, ln, sandbox.ForwardOptions{Port: 8089})
+			err := forward.Run(ctx, sb, ln, forward.Options{Port: 8089})
 			if err == nil {
 				return errors.New("forward ended cleanly")
 			}

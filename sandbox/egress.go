@@ -146,7 +146,7 @@ func (s *Sandbox) startRelay(ctx context.Context, id string) bool {
 			return false
 		}
 		s.m.log.Debug("network = allow: starting the holder that relays", "id", id)
-		s.m.c.Holders.Start(s.holderSpec(sock, id, true))
+		s.m.c.Holders.Start(sock, s.holderSpec(id, true))
 		return true
 	}
 	cs := &s.ch
@@ -188,8 +188,8 @@ func (s *Sandbox) startRelay(ctx context.Context, id string) bool {
 // holderSpec is what a holder for container id is told: whether it
 // relays, where its network log and the sandbox's CA are, and where the
 // secrets' values are on this host.
-func (s *Sandbox) holderSpec(sock, id string, relays bool) channel.HolderSpec {
-	h := channel.HolderSpec{Socket: sock, ID: id, User: s.execUser(), Egress: relays, EgressLog: s.EgressLog()}
+func (s *Sandbox) holderSpec(id string, relays bool) channel.HoldSpec {
+	h := channel.HoldSpec{ID: id, User: s.execUser(), Engine: s.rt().Binary(), Egress: relays, EgressLog: s.EgressLog()}
 	if relays {
 		h.EgressState = s.keyStateDir()
 		if s.spec.Egress != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strings"
 
@@ -103,7 +102,7 @@ func ExampleSession() {
 	sb := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir}).Sandbox(sandbox.Key{Profile: "default", Task: "example-session"}, spec)
 	defer sb.Down(ctx)
 
-	sh := sb.Session("agent-1")
+	sh := sb.Session("agent-1", "")
 	res, err := sh.Run(ctx, `mkdir -p /tmp/proj && cd /tmp/proj && export STAGE=test`, sandbox.Script{})
 	fmt.Println(res.Code, res.New, err)
 
@@ -182,89 +181,6 @@ func ExampleSecret() {
 	// Output:
 	// <nil>
 	// secrets: secret OPENAI_API_KEY: give exactly one of env, file (or Value in Go) for where its value is on the host
-}
-
-// Files in the sandbox, through hsbx's agent: written whole (parents
-// made), read back byte for byte, listed, and failures a program branches
-// on with errors.Is. (On this package's fake engine a sandbox's files are
-// the host's, so the example works in a directory of its own.)
-func ExampleSandbox_WriteFile() {
-	ctx := context.Background()
-	rt, _, err := detect.Open(ctx, detect.Options{})
-	if err != nil {
-		fmt.Println("no engine:", err)
-		return
-	}
-	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
-	defer os.RemoveAll(stateDir)
-	spec := sandbox.DefaultSpec()
-	spec.Image = "busybox"
-	sb := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir}).Sandbox(sandbox.Key{Profile: "default", Task: "example-files"}, spec)
-	defer sb.Down(ctx)
-	dir := stateDir + "/work" // in a real sandbox: "/workspace/notes", or a path relative to its cwd
-
-	err = sb.WriteFile(ctx, dir+"/notes/todo.txt", strings.NewReader("write the tests\n"), sandbox.FileOptions{Mode: 0o600})
-	fmt.Println(err)
-
-	var got strings.Builder
-	err = sb.ReadFile(ctx, dir+"/notes/todo.txt", &got, sandbox.FileOptions{})
-	fmt.Printf("%q %v\n", got.String(), err)
-
-	ents, err := sb.ListDir(ctx, dir+"/notes", sandbox.FileOptions{})
-	fmt.Println(len(ents), err)
-	for _, e := range ents {
-		fmt.Println(e.Name, e.Type, e.Size, e.Mode)
-	}
-
-	err = sb.ReadFile(ctx, dir+"/notes/missing.txt", &got, sandbox.FileOptions{})
-	fmt.Println(errors.Is(err, fs.ErrNotExist))
-	err = sb.Remove(ctx, dir+"/notes", sandbox.FileOptions{})
-	fmt.Println(errors.Is(err, sandbox.ErrNotEmpty))
-	// Output:
-	// <nil>
-	// "write the tests\n" <nil>
-	// 1 <nil>
-	// todo.txt file 16 -rw-------
-	// true
-	// true
-}
-
-// A command in the background: its id at once, then its output and how
-// it ended — from this handle or any other, after this process has gone.
-func ExampleSandbox_Start() {
-	ctx := context.Background()
-	rt, _, err := detect.Open(ctx, detect.Options{})
-	if err != nil {
-		fmt.Println("no engine:", err)
-		return
-	}
-	stateDir, _ := os.MkdirTemp("", "hsbx-example-")
-	defer os.RemoveAll(stateDir)
-	spec := sandbox.DefaultSpec()
-	spec.Image = "busybox"
-	spec.Cwd = "/"
-	sb := sandbox.New(sandbox.Config{Runtime: rt, StateDir: stateDir}).Sandbox(sandbox.Key{Profile: "default", Task: "example-bg"}, spec)
-	defer sb.Down(ctx)
-
-	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo building; exit 2"}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	same := sb.Process(p.ID, "") // what another process would hold, by id
-	info, err := same.Wait(ctx)
-	fmt.Println(*info.ExitCode, info.Running, err)
-
-	var out strings.Builder
-	err = same.Output(ctx, &out, sandbox.OutputOptions{})
-	fmt.Printf("%q %v\n", out.String(), err)
-
-	_, err = sb.Process("0000000000000000", "").Info(ctx)
-	fmt.Println(errors.Is(err, sandbox.ErrNoProcess))
-	// Output:
-	// 2 false <nil>
-	// "building\n" <nil>
-	// true
 }
 
 // A snapshot of a sandbox's files, a rollback to it, and forks from it.

@@ -152,7 +152,7 @@ func TestExecCallsBeforeStartFirst(t *testing.T) {
 			Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
 			Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {},
 			Channel: true, Agent: enginetest.AgentBinary(t),
-			Holders:     channel.Holders{Dir: t.TempDir(), Start: func(channel.HolderSpec) { note("holder started") }},
+			Holders:     channel.Holders{Dir: t.TempDir(), OnStart: func(channel.HoldSpec) { note("holder started") }},
 			BeforeStart: func() { note(fmt.Sprintf("before start, %d engine calls made", len(e.log.all()))) },
 		})
 		for _, run := range []string{"cold", "warm"} {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hsbx/hsbx/internal/record"
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/files"
 )
 
 // The file operations on every engine, through the exec channel and as
@@ -66,17 +67,17 @@ func TestFiles(t *testing.T) {
 			}
 			for _, dir := range dirs {
 				p := dir + "/a/b/c.bin"
-				if err := sb.WriteFile(ctx, p, bytes.NewReader(data), sandbox.FileOptions{Mode: 0o600}); err != nil {
+				if err := files.Of(sb).Write(ctx, p, bytes.NewReader(data), files.Options{Mode: 0o600}); err != nil {
 					t.Fatalf("write %s: %v", p, err)
 				}
 				var got bytes.Buffer
-				if err := sb.ReadFile(ctx, p, &got, sandbox.FileOptions{}); err != nil || !bytes.Equal(got.Bytes(), data) {
+				if err := files.Of(sb).Read(ctx, p, &got, files.Options{}); err != nil || !bytes.Equal(got.Bytes(), data) {
 					t.Fatalf("read %s back: %d bytes of %d, %v", p, got.Len(), len(data), err)
 				}
 				if n := sh("wc -c < " + p); !e.tg.Fake && n != "1048579" {
 					t.Errorf("a command in the sandbox sees %s bytes in %s", n, p)
 				}
-				ents, err := sb.ListDir(ctx, dir+"/a/b", sandbox.FileOptions{})
+				ents, err := files.Of(sb).List(ctx, dir+"/a/b", files.Options{})
 				if err != nil || len(ents) != 1 || ents[0].Name != "c.bin" || ents[0].Type != "file" || ents[0].Size != int64(len(data)) || ents[0].Mode != 0o600 {
 					t.Errorf("list %s/a/b: %+v %v", dir, ents, err)
 				}
@@ -85,39 +86,39 @@ func TestFiles(t *testing.T) {
 					err  error
 					want error
 				}{
-					{"read a missing file", sb.ReadFile(ctx, dir+"/none", &got, sandbox.FileOptions{}), fs.ErrNotExist},
-					{"read a directory", sb.ReadFile(ctx, dir+"/a", &got, sandbox.FileOptions{}), sandbox.ErrIsDir},
-					{"read over the bound", sb.ReadFile(ctx, p, &got, sandbox.FileOptions{MaxBytes: 10}), sandbox.ErrFileTooLarge},
-					{"list a file", func() error { _, err := sb.ListDir(ctx, p, sandbox.FileOptions{}); return err }(), sandbox.ErrNotDir},
-					{"remove a full directory", sb.Remove(ctx, dir+"/a", sandbox.FileOptions{}), sandbox.ErrNotEmpty},
-					{"write over the bound", sb.WriteFile(ctx, dir+"/big", bytes.NewReader(data), sandbox.FileOptions{MaxBytes: 10}), sandbox.ErrFileTooLarge},
+					{"read a missing file", files.Of(sb).Read(ctx, dir+"/none", &got, files.Options{}), fs.ErrNotExist},
+					{"read a directory", files.Of(sb).Read(ctx, dir+"/a", &got, files.Options{}), files.ErrIsDir},
+					{"read over the bound", files.Of(sb).Read(ctx, p, &got, files.Options{MaxBytes: 10}), files.ErrTooLarge},
+					{"list a file", func() error { _, err := files.Of(sb).List(ctx, p, files.Options{}); return err }(), files.ErrNotDir},
+					{"remove a full directory", files.Of(sb).Remove(ctx, dir+"/a", files.Options{}), files.ErrNotEmpty},
+					{"write over the bound", files.Of(sb).Write(ctx, dir+"/big", bytes.NewReader(data), files.Options{MaxBytes: 10}), files.ErrTooLarge},
 				}
 				if userOK {
 					kinds = append(kinds, struct {
 						name string
 						err  error
 						want error
-					}{"read root's 0600 file as nobody", sb.ReadFile(ctx, p, &got, sandbox.FileOptions{User: "nobody"}), fs.ErrPermission})
+					}{"read root's 0600 file as nobody", files.Of(sb).Read(ctx, p, &got, files.Options{User: "nobody"}), fs.ErrPermission})
 				}
 				// Input that fails part-way (the caller's reader; hsbx
 				// killed) leaves nothing, not half a file.
 				half := io.MultiReader(bytes.NewReader(data[:5000]), failingReader{})
-				if err := sb.WriteFile(ctx, dir+"/half", half, sandbox.FileOptions{}); err == nil {
+				if err := files.Of(sb).Write(ctx, dir+"/half", half, files.Options{}); err == nil {
 					t.Errorf("a write whose input failed succeeded")
 				}
-				if _, err := sb.ListDir(ctx, dir+"/half", sandbox.FileOptions{}); !errors.Is(err, fs.ErrNotExist) {
+				if _, err := files.Of(sb).List(ctx, dir+"/half", files.Options{}); !errors.Is(err, fs.ErrNotExist) {
 					t.Errorf("a write whose input failed left %s/half: %v", dir, err)
 				}
 				for _, k := range kinds {
-					var fe *sandbox.FileError
+					var fe *files.Error
 					if !errors.Is(k.err, k.want) || !errors.As(k.err, &fe) {
 						t.Errorf("%s in %s: %v, want %v", k.name, dir, k.err, k.want)
 					}
 				}
-				if err := sb.Remove(ctx, dir+"/a", sandbox.FileOptions{Recursive: true}); err != nil {
+				if err := files.Of(sb).Remove(ctx, dir+"/a", files.Options{Recursive: true}); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := sb.ListDir(ctx, dir+"/a", sandbox.FileOptions{}); !errors.Is(err, fs.ErrNotExist) {
+				if _, err := files.Of(sb).List(ctx, dir+"/a", files.Options{}); !errors.Is(err, fs.ErrNotExist) {
 					t.Errorf("after rm -r: %v", err)
 				}
 			}
@@ -141,13 +142,13 @@ func TestFiles(t *testing.T) {
 			}
 			// Relative to the working directory (/root), and as nobody:
 			// owned by it.
-			if err := sb.WriteFile(ctx, e.base+"rel.txt", strings.NewReader("rel\n"), sandbox.FileOptions{}); err != nil {
+			if err := files.Of(sb).Write(ctx, e.base+"rel.txt", strings.NewReader("rel\n"), files.Options{}); err != nil {
 				t.Fatal(err)
 			}
 			if got := sh("cat " + path.Join(spec.Cwd, e.base+"rel.txt")); got != "rel" {
 				t.Errorf("a relative path: %q in the working directory", got)
 			}
-			err = sb.WriteFile(ctx, "/tmp/"+e.base+"owned", strings.NewReader("x"), sandbox.FileOptions{User: "nobody"})
+			err = files.Of(sb).Write(ctx, "/tmp/"+e.base+"owned", strings.NewReader("x"), files.Options{User: "nobody"})
 			var se *sandbox.SpecError
 			switch {
 			case !userOK && (!errors.As(err, &se) || se.Setting != "user"):
@@ -169,7 +170,7 @@ func TestFiles(t *testing.T) {
 			ready := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
-				done <- sb.Watch(wctx, wdir, sandbox.FileOptions{Recursive: true}, func(ev sandbox.FileEvent) {
+				done <- files.Of(sb).Watch(wctx, wdir, files.Options{Recursive: true}, func(ev files.Event) {
 					if ev.Op == "watching" {
 						close(ready)
 						return

@@ -14,6 +14,9 @@ import (
 
 	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
+	"github.com/hsbx/hsbx/sandbox/files"
+	"github.com/hsbx/hsbx/sandbox/forward"
 )
 
 // A port forward on every engine, through the channel and the plain
@@ -46,10 +49,10 @@ func TestForward(t *testing.T) {
 				t.Cleanup(func() { srv.Close() })
 				port = ln.Addr().(*net.TCPAddr).Port
 			} else {
-				if err := sb.WriteFile(ctx, "/tmp/www/index.html", strings.NewReader(body), sandbox.FileOptions{}); err != nil {
+				if err := files.Of(sb).Write(ctx, "/tmp/www/index.html", strings.NewReader(body), files.Options{}); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", fmt.Sprintf("127.0.0.1:%d", port), "-h", "/tmp/www"}}); err != nil {
+				if _, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", fmt.Sprintf("127.0.0.1:%d", port), "-h", "/tmp/www"}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -63,7 +66,7 @@ func TestForward(t *testing.T) {
 			fctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			go func() {
-				done <- sb.Forward(fctx, ln, sandbox.ForwardOptions{Port: port, OnConn: func(_, _ int64, err error) {
+				done <- forward.Run(fctx, sb, ln, forward.Options{Port: port, OnConn: func(_, _ int64, err error) {
 					mu.Lock()
 					connErrs = append(connErrs, err)
 					mu.Unlock()
@@ -109,7 +112,7 @@ func TestForward(t *testing.T) {
 			// A port nothing listens on: that connection ends, the
 			// forward does not.
 			ln2, _ := net.Listen("tcp", "127.0.0.1:0")
-			go sb.Forward(fctx, ln2, sandbox.ForwardOptions{Port: 1})
+			go forward.Run(fctx, sb, ln2, forward.Options{Port: 1})
 			if c, err := net.Dial("tcp", ln2.Addr().String()); err == nil {
 				c.SetReadDeadline(time.Now().Add(60 * time.Second))
 				n, _ := c.Read(make([]byte, 1))
@@ -133,7 +136,7 @@ func TestForward(t *testing.T) {
 			}
 			select {
 			case err := <-done:
-				if !errors.Is(err, sandbox.ErrSandboxStopped) {
+				if !errors.Is(err, forward.ErrSandboxStopped) {
 					t.Errorf("after the sandbox stopped: %v", err)
 				}
 			case <-time.After(60 * time.Second):

@@ -102,7 +102,7 @@ type Config struct {
 	// Holders is the hsbx command's own wiring, not for a program
 	// embedding the package: with Channel, it puts the channel in a holder
 	// process behind a unix socket in Holders.Dir, shared by every hsbx
-	// process, and Holders.Start starts one after a plain exec. Zero (a
+	// process, and the channel starts one after a plain exec. Zero (a
 	// program's): each Sandbox holds its own channel until Close.
 	Holders channel.Holders
 	// CopyMaxBytes bounds the data one CopyOut writes on the host (0: no

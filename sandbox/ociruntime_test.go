@@ -17,6 +17,9 @@ import (
 	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
+	"github.com/hsbx/hsbx/sandbox/files"
+	"github.com/hsbx/hsbx/sandbox/forward"
 )
 
 // gvisor is the test's spec under gVisor on e's engine, or a skip (an
@@ -94,7 +97,7 @@ func TestGVisorEveryEngine(t *testing.T) {
 			t.Errorf("a warm exec under gVisor made %d engine calls:\n%s", n, strings.Join(e.log.all(), "\n"))
 		}
 		// A session keeps its state.
-		ss := sb.Session("gv")
+		ss := sb.Session("gv", "")
 		if r, err := ss.Run(ctx, `cd /tmp && G=kept`, sandbox.Script{}); err != nil || r.Code != 0 {
 			t.Fatalf("session: %+v %v", r, err)
 		}
@@ -149,7 +152,7 @@ func TestGVisorEveryEngine(t *testing.T) {
 				t.Fatalf("after %d sessions under gVisor the sandbox is %+v (%v)", n, cs, err)
 			}
 			for i := range n {
-				_ = sb.CloseSession(ctx, fmt.Sprintf("gv%d", i))
+				_ = sb.Session(fmt.Sprintf("gv%d", i), "").Close(ctx)
 			}
 		}
 
@@ -164,7 +167,7 @@ func TestGVisorEveryEngine(t *testing.T) {
 		if !e.tg.Fake {
 			userConfined(t, sb, "/"+e.base+"gvconfined")
 			var se *sandbox.SpecError
-			err := e.manager().Sandbox(e.key("gv"), spec).WriteFile(ctx, "/"+e.base+"gvconfined/ro", strings.NewReader("x"), sandbox.FileOptions{User: "nobody"})
+			err := files.Of(e.manager().Sandbox(e.key("gv"), spec)).Write(ctx, "/"+e.base+"gvconfined/ro", strings.NewReader("x"), files.Options{User: "nobody"})
 			if !errors.As(err, &se) || se.Setting != "user" || !strings.Contains(err.Error(), "gVisor") {
 				t.Errorf("as nobody without the channel under gVisor: %v, want the user refused (only the agent confines it)", err)
 			}
@@ -304,11 +307,11 @@ func firstContact(t *testing.T, e *env, sb *sandbox.Sandbox) {
 	}
 	marker := e.base + "first-bg"
 	fresh()
-	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "true # " + marker}})
+	p, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "true # " + marker}})
 	if err != nil {
 		t.Fatalf("a background process on first contact: %v", err)
 	}
-	procs, err := sb.Processes(ctx, "")
+	procs, err := background.Of(sb).List(ctx, "")
 	n := 0
 	for _, pi := range procs {
 		if strings.Contains(strings.Join(pi.Argv, " "), marker) {
@@ -325,25 +328,25 @@ func firstContact(t *testing.T, e *env, sb *sandbox.Sandbox) {
 		name string
 		do   func() error
 	}{
-		{"write", func() error { return sb.WriteFile(ctx, dir+"/f", strings.NewReader("first"), sandbox.FileOptions{}) }},
+		{"write", func() error { return files.Of(sb).Write(ctx, dir+"/f", strings.NewReader("first"), files.Options{}) }},
 		{"read", func() error {
 			var b bytes.Buffer
-			if err := sb.ReadFile(ctx, dir+"/f", &b, sandbox.FileOptions{}); err != nil || b.String() != "first" {
+			if err := files.Of(sb).Read(ctx, dir+"/f", &b, files.Options{}); err != nil || b.String() != "first" {
 				return fmt.Errorf("%q %v", b.String(), err)
 			}
 			return nil
 		}},
 		{"list", func() error {
-			ents, err := sb.ListDir(ctx, dir, sandbox.FileOptions{})
+			ents, err := files.Of(sb).List(ctx, dir, files.Options{})
 			if err != nil || len(ents) != 1 || ents[0].Name != "f" {
 				return fmt.Errorf("%+v %v", ents, err)
 			}
 			return nil
 		}},
-		{"remove", func() error { return sb.Remove(ctx, dir+"/f", sandbox.FileOptions{}) }},
+		{"remove", func() error { return files.Of(sb).Remove(ctx, dir+"/f", files.Options{}) }},
 		{"session", func() error {
 			var out bytes.Buffer
-			r, err := sb.Session("first").Run(ctx, "echo ok", sandbox.Script{Stdout: &out})
+			r, err := sb.Session("first", "").Run(ctx, "echo ok", sandbox.Script{Stdout: &out})
 			if err != nil || r.Code != 0 || out.String() != "ok\n" {
 				return fmt.Errorf("%+v %q %v", r, out.String(), err)
 			}
@@ -352,7 +355,7 @@ func firstContact(t *testing.T, e *env, sb *sandbox.Sandbox) {
 		{"forward", func() error {
 			// The connection's bytes are the listener's alone: no
 			// engine's words in them.
-			if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"nc", "-l", "-p", "8091", "-e", "echo", "hi"}}); err != nil {
+			if _, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"nc", "-l", "-p", "8091", "-e", "echo", "hi"}}); err != nil {
 				return err
 			}
 			time.Sleep(500 * time.Millisecond)
@@ -363,7 +366,7 @@ func firstContact(t *testing.T, e *env, sb *sandbox.Sandbox) {
 			}
 			fctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			go func() { _ = sb.Forward(fctx, ln, sandbox.ForwardOptions{Port: 8091}) }()
+			go func() { _ = forward.Run(fctx, sb, ln, forward.Options{Port: 8091}) }()
 			c, err := net.Dial("tcp", ln.Addr().String())
 			if err != nil {
 				return err

@@ -74,14 +74,6 @@ func (s *Sandbox) recordExec(c Command, began time.Time, code int, err error) {
 	s.appendRecord(r)
 }
 
-// recordFile appends the record of a file operation.
-func (s *Sandbox) recordFile(op, path, user string, began time.Time, code int, err error, st *execStats) {
-	r := s.newRecord(began, code, err)
-	r.Kind, r.Path, r.User = "file "+op, path, user
-	r.Via, r.BytesIn, r.BytesOut, r.BytesErr = st.via, st.in, st.out, st.err
-	s.appendRecord(r)
-}
-
 func (s *Sandbox) newRecord(began time.Time, code int, err error) record.Record {
 	host, _ := os.Hostname()
 	r := record.Record{Time: began, Duration: time.Since(began).Milliseconds(), Host: host, UID: os.Getuid(), PID: os.Getpid(),

@@ -192,15 +192,9 @@ func (s *Sandbox) forgetShell(name string) {
 	_ = os.Remove(keystate.SessionFile(s.engineDir(), name))
 }
 
-// CloseSession ends session name's shell (and what it runs) and forgets
-// it: the next script of that name starts afresh, with no reset to
-// report. ErrNoSession when it had none.
-func (s *Sandbox) CloseSession(ctx context.Context, name string) error {
-	return s.CloseSessionAs(ctx, name, "")
-}
-
-// CloseSessionAs is CloseSession for user's session name (Script.User).
-func (s *Sandbox) CloseSessionAs(ctx context.Context, name, user string) error {
+// closeSession ends user's session name's shell (and what it runs) and
+// forgets it (Session.Close).
+func (s *Sandbox) closeSession(ctx context.Context, name, user string) error {
 	if !ValidSessionName(name) {
 		return fmt.Errorf("%w (got %q)", ErrBadSessionName, name)
 	}
@@ -219,11 +213,9 @@ func (s *Sandbox) CloseSessionAs(ctx context.Context, name, user string) error {
 	return nil
 }
 
-// Sessions lists the sandbox's live sessions.
-func (s *Sandbox) Sessions(ctx context.Context) ([]SessionInfo, error) { return s.SessionsAs(ctx, "") }
-
-// SessionsAs lists user's live sessions (Script.User).
-func (s *Sandbox) SessionsAs(ctx context.Context, user string) ([]SessionInfo, error) {
+// Sessions lists user's live sessions ("": the exec user's; see
+// Script.User).
+func (s *Sandbox) Sessions(ctx context.Context, user string) ([]SessionInfo, error) {
 	var out, stderr strings.Builder
 	code, err := s.sessionOp(ctx, &sessionReq{op: wire.SessionOpList}, user, &out, &stderr)
 	if err != nil {
@@ -291,12 +283,10 @@ type Session struct {
 	user string
 }
 
-// Session returns the handle on session name (made on its first Run).
-func (s *Sandbox) Session(name string) *Session { return &Session{sb: s, name: name} }
-
-// UserSession returns the handle on user's session name: its scripts run
-// as that user of the sandbox (Script.User).
-func (s *Sandbox) UserSession(name, user string) *Session {
+// Session returns the handle on user's session name (made on its first
+// Run): its scripts run as that user of the sandbox ("": the exec user;
+// see Script.User).
+func (s *Sandbox) Session(name, user string) *Session {
 	return &Session{sb: s, name: name, user: user}
 }
 
@@ -313,7 +303,9 @@ func (ss *Session) Run(ctx context.Context, text string, sc Script) (ScriptResul
 	return ss.sb.RunScript(ctx, ss.name, sc)
 }
 
-// Close ends the session's shell (see CloseSession).
+// Close ends the session's shell (and what it runs, however detached) and
+// forgets it: the next script of that name starts afresh, with no reset
+// to report. ErrNoSession when it had none.
 func (ss *Session) Close(ctx context.Context) error {
-	return ss.sb.CloseSessionAs(ctx, ss.name, ss.user)
+	return ss.sb.closeSession(ctx, ss.name, ss.user)
 }

@@ -31,7 +31,7 @@ func TestSessionsEveryEngine(t *testing.T) {
 			res, err := ss.Run(ctx, text, sandbox.Script{Stdout: &out, Stderr: &errOut, Timeout: timeout})
 			return res, out.String(), errOut.String(), err
 		}
-		a := sb.Session("a")
+		a := sb.Session("a", "")
 		first, _, _, err := run(a, `mkdir -p /tmp/sess-a && cd /tmp/sess-a && X="a,b=c d"; export Y=1; f() { echo "fn $1"; }`, 0)
 		if err != nil || first.Code != 0 || !first.New || first.Reset != "" || first.ShellID == "" {
 			t.Fatalf("first run: %+v %v", first, err)
@@ -50,7 +50,7 @@ func TestSessionsEveryEngine(t *testing.T) {
 		}
 
 		// Another session is another shell.
-		b := sb.Session("b")
+		b := sb.Session("b", "")
 		if res, out, _, err := run(b, `pwd; echo "${X:-unset}"`, 0); err != nil || !res.New || res.ShellID == first.ShellID || out == "/tmp/sess-a\na,b=c d\n" {
 			t.Fatalf("session b: %+v %q %v", res, out, err)
 		}
@@ -99,7 +99,7 @@ func TestSessionsEveryEngine(t *testing.T) {
 			t.Fatalf("after exit 3: %+v %q %v", res, out, err)
 		}
 
-		infos, err := sb.Sessions(ctx)
+		infos, err := sb.Sessions(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestSessionsEveryEngine(t *testing.T) {
 				t.Fatalf("closing %s twice: %v", ss.Name(), err)
 			}
 		}
-		if infos, err := sb.Sessions(ctx); err != nil || len(infos) != 0 {
+		if infos, err := sb.Sessions(ctx, ""); err != nil || len(infos) != 0 {
 			t.Fatalf("after close: %+v %v", infos, err)
 		}
 		if left := jobs(); left != "" {
@@ -205,7 +205,7 @@ func TestEveryHostHearsOfAReset(t *testing.T) {
 			m := e.managerWith(func(c *sandbox.Config) { c.StateDir, c.Channel = e.tg.AnotherStateDir(t), i == 0 })
 			sb := m.Sandbox(key, e.spec())
 			t.Cleanup(func() { _ = sb.Close(ctx) })
-			*ss = sb.Session("s")
+			*ss = sb.Session("s", "")
 			if i == 0 {
 				sbA = sb
 			}
@@ -292,12 +292,12 @@ func TestTwoHundredSessions(t *testing.T) {
 				t.Errorf("%d sessions took %d tasks, want about one each", n, during-before)
 			}
 		}
-		infos, err := sb.Sessions(ctx)
+		infos, err := sb.Sessions(ctx, "")
 		if err != nil || len(infos) != n {
 			t.Fatalf("listing %d sessions: %d listed, %v", n, len(infos), err)
 		}
 		for i := range n {
-			if err := sb.CloseSession(ctx, fmt.Sprintf("s%d", i)); err != nil {
+			if err := sb.Session(fmt.Sprintf("s%d", i), "").Close(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -390,7 +390,7 @@ func TestSessionsAtTheProcessLimit(t *testing.T) {
 			t.Errorf("cp out with no process left made an empty file")
 		}
 		for i := range 4 {
-			if err := sb.CloseSession(ctx, fmt.Sprintf("s%d", i)); err != nil {
+			if err := sb.Session(fmt.Sprintf("s%d", i), "").Close(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -429,7 +429,7 @@ func TestSessionServerSquatted(t *testing.T) {
 			t.Fatalf("a run with a 2s timeout: %v after %s, want the timeout", err, d)
 		}
 		start = time.Now()
-		if _, err := sb.Sessions(ctx); err == nil || !strings.Contains(err.Error(), "did not answer") || time.Since(start) > 10*time.Second {
+		if _, err := sb.Sessions(ctx, ""); err == nil || !strings.Contains(err.Error(), "did not answer") || time.Since(start) > 10*time.Second {
 			t.Fatalf("listing: %v after %s", err, time.Since(start))
 		}
 		start = time.Now()

@@ -29,10 +29,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/internal/proc"
-	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/runtime"
 )
 
@@ -425,7 +425,7 @@ var engineEnv = map[string]bool{"PATH": true, "HOME": true, "HOSTNAME": true, "T
 // holdRun is a running snapshot-hold: the sandbox's processes stopped,
 // its paths staged, until release.
 type holdRun struct {
-	rep     wire.SnapshotReport
+	rep     agentapi.SnapshotReport
 	in      *io.PipeWriter
 	once    sync.Once
 	done    chan struct{}
@@ -442,7 +442,7 @@ func (s *Sandbox) hold(ctx context.Context, id string, bound int64) (*holdRun, e
 	outR, outW := io.Pipe()
 	h := &holdRun{in: inW, done: make(chan struct{}), stderr: &proc.TailBuffer{Max: 4 << 10}, outPipe: outR}
 	a := s.agent(ctx, id, "0")
-	args := append([]string{"snapshot-hold", strconv.FormatInt(bound, 10)}, s.snapshotPaths()...)
+	args := agentapi.SnapshotHold{Bound: bound, Paths: s.snapshotPaths()}.Args()
 	release := s.markInUse()
 	go func() {
 		defer close(h.done)
@@ -474,13 +474,13 @@ func (s *Sandbox) hold(ctx context.Context, id string, bound int64) (*holdRun, e
 	return h, nil
 }
 
-func stageError(rep wire.SnapshotReport) error {
+func stageError(rep agentapi.SnapshotReport) error {
 	switch rep.Kind {
-	case wire.SnapshotKindTooLarge:
+	case agentapi.SnapshotKindTooLarge:
 		return fmt.Errorf("%w: %s (snapshot_max_size); nothing was kept", ErrSnapshotTooLarge, rep.Error)
-	case wire.SnapshotKindNoSpace:
+	case agentapi.SnapshotKindNoSpace:
 		return fmt.Errorf("%w: %s; nothing was kept", ErrNoSpace, rep.Error)
-	case wire.SnapshotKindBusy:
+	case agentapi.SnapshotKindBusy:
 		return fmt.Errorf("%w: %s; try again when it is done", ErrBusy, rep.Error)
 	}
 	return fmt.Errorf("hsbx's agent could not copy the sandbox's files: %s", rep.Error)
@@ -499,7 +499,7 @@ func (h *holdRun) release() {
 func (h *holdRun) wait() error {
 	go func() { // drain, so the agent never blocks on its last line
 		for h.lines.Scan() {
-			var r wire.SnapshotReport
+			var r agentapi.SnapshotReport
 			if json.Unmarshal(h.lines.Bytes(), &r) == nil && r.Thawed > 0 {
 				h.rep.Thawed = r.Thawed
 			}
@@ -608,8 +608,8 @@ func (s *Sandbox) createFrom(ctx context.Context, si SnapshotInfo) (Result, erro
 	var out strings.Builder
 	errb := &proc.TailBuffer{Max: 4 << 10}
 	a := s.agent(ctx, res.ID, "0")
-	code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: []string{"snapshot-restore"}, Stdout: &out, Stderr: errb})
-	var rep wire.SnapshotReport
+	code, err := channel.RunAgent(ctx, a, channel.AgentExec{Args: agentapi.SnapshotRestore{}.Args(), Stdout: &out, Stderr: errb})
+	var rep agentapi.SnapshotReport
 	if err == nil {
 		line, _, _ := strings.Cut(out.String(), "\n")
 		if jerr := json.Unmarshal([]byte(line), &rep); jerr != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/hsbx/hsbx/internal/keystate"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
 )
 
 // snapshotWriter appends one 9-byte record a write to a file in the image
@@ -197,7 +198,7 @@ func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, t
 	}
 	sh(src, fillScript)
 	want := sh(src, sumScript)
-	p, err := src.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", snapshotWriter}})
+	p, err := background.Of(src).Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", snapshotWriter}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
+	"github.com/hsbx/hsbx/sandbox/files"
+	"github.com/hsbx/hsbx/sandbox/forward"
 )
 
 // Under gVisor the framework surface holds as under runc: a file written
@@ -26,18 +29,18 @@ func TestSurfaceUnderGVisor(t *testing.T) {
 		sb := e.channelManager().Sandbox(e.key("gv-surface"), spec)
 		t.Cleanup(func() { _ = sb.Close(ctx) })
 		data := []byte("under gVisor\x00\xff\n")
-		if err := sb.WriteFile(ctx, "/tmp/gv/a.bin", bytes.NewReader(data), sandbox.FileOptions{}); err != nil {
+		if err := files.Of(sb).Write(ctx, "/tmp/gv/a.bin", bytes.NewReader(data), files.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		var got bytes.Buffer
-		if err := sb.ReadFile(ctx, "/tmp/gv/a.bin", &got, sandbox.FileOptions{User: "nobody"}); err != nil || !bytes.Equal(got.Bytes(), data) {
+		if err := files.Of(sb).Read(ctx, "/tmp/gv/a.bin", &got, files.Options{User: "nobody"}); err != nil || !bytes.Equal(got.Bytes(), data) {
 			t.Fatalf("read back as nobody: %q %v", got.Bytes(), err)
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		events := make(chan sandbox.FileEvent, 16)
+		events := make(chan files.Event, 16)
 		go func() {
-			_ = sb.Watch(wctx, "/tmp/gv", sandbox.FileOptions{}, func(ev sandbox.FileEvent) { events <- ev })
+			_ = files.Of(sb).Watch(wctx, "/tmp/gv", files.Options{}, func(ev files.Event) { events <- ev })
 		}()
 		if ev := <-events; ev.Op != "watching" {
 			t.Fatalf("watch began with %+v", ev)
@@ -57,7 +60,7 @@ func TestSurfaceUnderGVisor(t *testing.T) {
 		}
 	watched:
 		cancel()
-		if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", "127.0.0.1:18082", "-h", "/tmp/gv"}}); err != nil {
+		if _, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", "127.0.0.1:18082", "-h", "/tmp/gv"}}); err != nil {
 			t.Fatal(err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,7 +69,7 @@ func TestSurfaceUnderGVisor(t *testing.T) {
 		}
 		fctx, fcancel := context.WithCancel(ctx)
 		defer fcancel()
-		go func() { _ = sb.Forward(fctx, ln, sandbox.ForwardOptions{Port: 18082}) }()
+		go func() { _ = forward.Run(fctx, sb, ln, forward.Options{Port: 18082}) }()
 		var body string
 		for try := 0; try < 50 && body != "x\n"; try++ {
 			c, err := net.Dial("tcp", ln.Addr().String())

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
+	"github.com/hsbx/hsbx/sandbox/files"
 )
 
 // userConfined checks, in sb (running, the agent's channel on), that every
@@ -35,17 +37,17 @@ func userConfined(t *testing.T, sb *sandbox.Sandbox, dir string) {
 	if out, code := sh("", setup); code != 0 || out != "1777\n1777" {
 		t.Fatalf("setup, and /tmp and /var/tmp's modes: %d %q, want 1777 both", code, out)
 	}
-	nobody := sandbox.FileOptions{User: "nobody"}
+	nobody := files.Options{User: "nobody"}
 	var got bytes.Buffer
 	for _, c := range []struct {
 		name string
 		err  error
 	}{
-		{"write root's 0444 file", sb.WriteFile(ctx, dir+"/ro", strings.NewReader("x"), nobody)},
-		{"write a new file in root's 0755 directory", sb.WriteFile(ctx, dir+"/new", strings.NewReader("x"), nobody)},
-		{"remove root's file from root's directory", sb.Remove(ctx, dir+"/ro", nobody)},
-		{"read in root's 0700 directory", sb.ReadFile(ctx, dir+"/locked/s", &got, nobody)},
-		{"list root's 0700 directory", func() error { _, err := sb.ListDir(ctx, dir+"/locked", nobody); return err }()},
+		{"write root's 0444 file", files.Of(sb).Write(ctx, dir+"/ro", strings.NewReader("x"), nobody)},
+		{"write a new file in root's 0755 directory", files.Of(sb).Write(ctx, dir+"/new", strings.NewReader("x"), nobody)},
+		{"remove root's file from root's directory", files.Of(sb).Remove(ctx, dir+"/ro", nobody)},
+		{"read in root's 0700 directory", files.Of(sb).Read(ctx, dir+"/locked/s", &got, nobody)},
+		{"list root's 0700 directory", func() error { _, err := files.Of(sb).List(ctx, dir+"/locked", nobody); return err }()},
 	} {
 		if !errors.Is(c.err, fs.ErrPermission) {
 			t.Errorf("as nobody, %s: %v, want a permission error", c.name, c.err)
@@ -53,19 +55,19 @@ func userConfined(t *testing.T, sb *sandbox.Sandbox, dir string) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	events := 0
-	err := sb.Watch(wctx, dir+"/locked", nobody, func(sandbox.FileEvent) { events++; cancel() })
+	err := files.Of(sb).Watch(wctx, dir+"/locked", nobody, func(files.Event) { events++; cancel() })
 	cancel()
 	if err == nil || events != 0 {
 		t.Errorf("as nobody, watch root's 0700 directory: %v after %d event(s), want an error and none", err, events)
 	}
-	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "touch '" + dir + "/bg'"}, User: "nobody"})
+	p, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "touch '" + dir + "/bg'"}, User: "nobody"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info, err := p.Wait(ctx); err != nil || info.ExitCode == nil || *info.ExitCode == 0 {
 		t.Errorf("as nobody, a background process writing in root's directory: %+v %v, want it refused", info, err)
 	}
-	res, err := sb.UserSession("confined", "nobody").Run(ctx, "touch '"+dir+"/session'", sandbox.Script{})
+	res, err := sb.Session("confined", "nobody").Run(ctx, "touch '"+dir+"/session'", sandbox.Script{})
 	if err != nil || res.Code == 0 {
 		t.Errorf("as nobody, a session writing in root's directory: %+v %v, want it refused", res, err)
 	}

@@ -79,7 +79,7 @@ func TestExecAsUser(t *testing.T) {
 				}
 				return strings.TrimSpace(out.String())
 			}
-			mine, theirs := sb.Session(e.base+"u"), sb.UserSession(e.base+"u", "nobody")
+			mine, theirs := sb.Session(e.base+"u", ""), sb.Session(e.base+"u", "nobody")
 			script(mine, "export WHO=root-shell")
 			if got := script(theirs, `export WHO=nobody-shell; echo "$(id -u) $HOME"`); got != "65534 /" {
 				t.Errorf("nobody's session: %q", got)
@@ -90,7 +90,7 @@ func TestExecAsUser(t *testing.T) {
 			if got := script(mine, `echo "$WHO $(id -u)"`); got != "root-shell 0" {
 				t.Errorf("root's session of the same name: %q", got)
 			}
-			if _, err := sb.UserSession(e.base+"u", "nosuch-hsbx").Run(ctx, "true", sandbox.Script{}); !errors.Is(err, sandbox.ErrNoSuchUser) {
+			if _, err := sb.Session(e.base+"u", "nosuch-hsbx").Run(ctx, "true", sandbox.Script{}); !errors.Is(err, sandbox.ErrNoSuchUser) {
 				t.Errorf("a session as a user the sandbox lacks: %v", err)
 			}
 			_ = theirs.Close(ctx)

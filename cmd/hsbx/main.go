@@ -9,8 +9,8 @@ import (
 	"syscall"
 
 	"github.com/hsbx/hsbx/internal/agent"
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/internal/cli"
-	"github.com/hsbx/hsbx/internal/wire"
 )
 
 func main() { os.Exit(run()) }
@@ -21,7 +21,7 @@ func main() { os.Exit(run()) }
 // closed stdout fails with EPIPE and hsbx can stop the command in the
 // sandbox before it exits 141, instead of dying on the spot.
 func run() int {
-	if wire.InvokedAsAgent(os.Args[0]) {
+	if agentapi.InvokedAsAgent(os.Args[0]) {
 		// Inside a sandbox, as the exec channel's agent (exec_channel_agent
 		// may name hsbx itself): nothing but stdio. Only under the
 		// agent's own name: on the host, `hsbx forward 8080` is the

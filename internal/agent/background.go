@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/wire"
+	"github.com/hsbx/hsbx/internal/agentapi"
 )
 
 // Background processes: a command started by `bg-start` runs under a
@@ -84,75 +84,82 @@ type bgMeta struct {
 	SegSize int64    `json:"seg_size"`
 }
 
-// runBackground runs one bg- mode; its status: 0, 1 (its words on
-// stderr), wire.ExitFileNotFound for an unknown id, or (bg-start)
-// wire.ExitNotStarted.
-func runBackground(mode string, args []string) int {
-	code, err := background(mode, args)
+// runBackground runs one background process mode; its status: 0, 1
+// (its words on stderr), agentapi.ExitFileNotFound for an unknown id, or
+// (BgStart) agentapi.ExitNotStarted.
+func runBackground(c agentapi.Call) int {
+	code, err := background(c)
 	if err != nil {
 		os.Stderr.WriteString("hsbx agent: " + err.Error() + "\n")
 	}
 	return code
 }
 
-func background(mode string, args []string) (int, error) {
-	if mode == "bg-list" {
-		base, err := bgBase()
-		if err != nil {
-			return 1, err
-		}
-		return 0, bgList(os.Stdout, base)
+// bgID is the id of a background process mode's call.
+func bgID(c agentapi.Call) string {
+	switch c := c.(type) {
+	case agentapi.BgStart:
+		return c.ID
+	case agentapi.BgSupervise:
+		return c.ID
+	case agentapi.BgInfo:
+		return c.ID
+	case agentapi.BgWait:
+		return c.ID
+	case agentapi.BgOutput:
+		return c.ID
+	case agentapi.BgKill:
+		return c.ID
 	}
-	if len(args) < 1 || !bgIDOK(args[0]) {
-		return 1, fmt.Errorf("%s: bad arguments", mode)
-	}
+	return ""
+}
+
+func background(c agentapi.Call) (int, error) {
 	base, err := bgBase()
 	if err != nil {
 		return 1, err
 	}
-	dir := filepath.Join(base, args[0])
-	switch {
-	case mode == "bg-start" && len(args) >= 3:
-		bound, err := strconv.ParseInt(args[1], 10, 64)
-		if err != nil || bound < bgSegments {
-			return 1, fmt.Errorf("bad output bound %q", args[1])
+	if _, ok := c.(agentapi.BgList); ok {
+		return 0, bgList(os.Stdout, base)
+	}
+	id := bgID(c)
+	if !bgIDOK(id) {
+		return 1, fmt.Errorf("%s: bad id %q", c.Args()[0], id)
+	}
+	dir := filepath.Join(base, id)
+	switch c := c.(type) {
+	case agentapi.BgStart:
+		if c.Bound < bgSegments {
+			return 1, fmt.Errorf("bad output bound %d", c.Bound)
 		}
-		return bgStart(dir, args[0], bound, args[2:])
-	case mode == "bg-supervise" && len(args) >= 2:
+		return bgStart(dir, id, c.Bound, c.Command)
+	case agentapi.BgSupervise:
 		spareThreads(2)
-		bgSupervise(dir, args[1:])
+		bgSupervise(dir, c.Command)
 		return 0, nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, "meta.json")); err != nil {
-		return wire.ExitFileNotFound, fmt.Errorf("no background process %s here", args[0])
+		return agentapi.ExitFileNotFound, fmt.Errorf("no background process %s here", id)
 	}
-	switch {
-	case mode == "bg-output" && len(args) == 3:
-		off, err := strconv.ParseInt(args[1], 10, 64)
-		if err != nil || off < 0 {
-			return 1, fmt.Errorf("bad offset %q", args[1])
-		}
-		return 0, bgOutput(os.Stdout, os.Stderr, dir, off, args[2] == "1")
-	case mode == "bg-wait" && len(args) == 1:
+	switch c := c.(type) {
+	case agentapi.BgOutput:
+		return 0, bgOutput(os.Stdout, os.Stderr, dir, c.From, c.Follow)
+	case agentapi.BgWait:
 		for {
 			if st, ok := bgState(dir); ok && !st.Running {
 				return 0, json.NewEncoder(os.Stdout).Encode(st)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-	case mode == "bg-info" && len(args) == 1:
+	case agentapi.BgInfo:
 		st, _ := bgState(dir)
 		return 0, json.NewEncoder(os.Stdout).Encode(st)
-	case mode == "bg-kill" && len(args) == 2:
-		sig, err := strconv.Atoi(args[1])
-		if err != nil || sig <= 0 || sig > 64 {
-			return 1, fmt.Errorf("bad signal %q", args[1])
-		}
-		n := bgKill(dir, args[0], syscall.Signal(sig))
+	case agentapi.BgKill:
+		n := bgKill(dir, id, syscall.Signal(c.Signal))
 		fmt.Fprintln(os.Stdout, n)
 		return 0, nil
 	}
-	return 1, fmt.Errorf("%s: bad arguments", mode)
+	return 1, fmt.Errorf("%s: not a background process mode", c.Args()[0])
 }
 
 // bgStart makes dir, starts the supervisor and waits (10 s at most) for
@@ -178,8 +185,8 @@ func bgStart(dir, id string, bound int64, argv []string) (int, error) {
 			env = append(env, kv) // the channel's marker would have its kill reach the process
 		}
 	}
-	self := "/proc/self/exe"
-	p, err := os.StartProcess(self, append([]string{self, "bg-supervise", id}, argv...),
+	self := agentapi.AgentSelf
+	p, err := os.StartProcess(self, append([]string{self}, agentapi.BgSupervise{ID: id, Command: argv}.Args()...),
 		&os.ProcAttr{Env: env, Files: []*os.File{null, null, null}, Sys: &syscall.SysProcAttr{Setsid: true}})
 	if err != nil {
 		return 1, fmt.Errorf("starting its supervisor: %w", err)
@@ -189,10 +196,15 @@ func bgStart(dir, id string, bound int64, argv []string) (int, error) {
 		if b, err := os.ReadFile(filepath.Join(dir, "start-error")); err == nil {
 			os.Stdout.Write(b)
 			os.Stdout.WriteString("\n")
-			return wire.ExitNotStarted, nil
+			return agentapi.ExitNotStarted, nil
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil && len(b) > 0 {
-			fmt.Fprintf(os.Stdout, "{\"id\":%q,\"pid\":%s}\n", id, strings.TrimSpace(string(b)))
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				return 1, fmt.Errorf("its supervisor wrote pid %q", b)
+			}
+			out, _ := json.Marshal(agentapi.Started{ID: id, PID: pid})
+			os.Stdout.Write(append(out, '\n'))
 			return 0, nil
 		}
 	}
@@ -209,7 +221,7 @@ func bgSupervise(dir string, argv []string) {
 		_ = json.Unmarshal(b, &meta)
 	}
 	fail := func(code int, msg string) {
-		b, _ := json.Marshal(map[string]any{"code": code, "error": msg})
+		b, _ := json.Marshal(agentapi.NotStarted{Code: code, Error: msg})
 		bgPut(dir, "start-error", b)
 	}
 	// Who records the end: while it lives, a command that is gone without
@@ -313,32 +325,13 @@ func bgPut(dir, name string, b []byte) {
 	}
 }
 
-// BgState is what bg-list, bg-info and bg-wait say of a process.
-type BgState struct {
-	ID      string   `json:"id"`
-	Argv    []string `json:"argv"`
-	Dir     string   `json:"dir,omitempty"`
-	PID     int      `json:"pid,omitempty"`
-	Started int64    `json:"started_ms"`
-	Running bool     `json:"running"`
-	// Lost: neither running nor ended by its supervisor's word (the
-	// sandbox restarted, or the supervisor was killed).
-	Lost     bool  `json:"lost,omitempty"`
-	ExitCode *int  `json:"exit_code,omitempty"`
-	Signal   int   `json:"signal,omitempty"`
-	Ended    int64 `json:"ended_ms,omitempty"`
-	// Output: bytes it wrote in all; Dropped: of them, no longer kept.
-	Output  int64 `json:"output_bytes"`
-	Dropped int64 `json:"dropped_bytes"`
-}
-
-func bgState(dir string) (BgState, bool) {
+func bgState(dir string) (agentapi.Process, bool) {
 	var meta bgMeta
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil || json.Unmarshal(b, &meta) != nil {
-		return BgState{}, false
+		return agentapi.Process{}, false
 	}
-	st := BgState{ID: meta.ID, Argv: meta.Argv, Dir: meta.Dir, Started: meta.Started}
+	st := agentapi.Process{ID: meta.ID, Argv: meta.Argv, Dir: meta.Dir, Started: meta.Started}
 	if b, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil {
 		st.PID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
@@ -385,7 +378,7 @@ func supervising(dir, id string) bool {
 		return errors.Is(err, fs.ErrPermission) && syscall.Kill(pid, 0) == nil
 	}
 	args := strings.Split(string(cmd), "\x00")
-	return len(args) > 2 && args[1] == "bg-supervise" && args[2] == id
+	return len(args) > 2 && args[1] == agentapi.ModeBgSupervise && args[2] == id
 }
 
 // bgAlive says whether pid is the process of background process id (its
@@ -497,14 +490,14 @@ func bgKill(dir, id string, sig syscall.Signal) int {
 	return len(hit)
 }
 
-// bgList writes one BgState a line for each background process of this
+// bgList writes one agentapi.Process a line for each background process of this
 // user, oldest first.
 func bgList(w io.Writer, base string) error {
 	ents, err := os.ReadDir(base)
 	if err != nil {
 		return err
 	}
-	var all []BgState
+	var all []agentapi.Process
 	for _, e := range ents {
 		if !e.IsDir() || !bgIDOK(e.Name()) {
 			continue
@@ -513,7 +506,7 @@ func bgList(w io.Writer, base string) error {
 			all = append(all, st)
 		}
 	}
-	slices.SortStableFunc(all, func(a, b BgState) int { return cmp.Compare(a.Started, b.Started) })
+	slices.SortStableFunc(all, func(a, b agentapi.Process) int { return cmp.Compare(a.Started, b.Started) })
 	enc := json.NewEncoder(w)
 	for _, st := range all {
 		if err := enc.Encode(st); err != nil {

@@ -3,7 +3,7 @@ package agent
 // Copies through the exec channel, for paths the engine's cp cannot reach
 // (memory-backed mounts): the agent binary run as a command of the channel
 // (`/proc/self/exe tar-out SRC`, `/proc/self/exe tar-in DST`) writes
-// (hostcopy.Archive) or reads a tar stream with the shapes and placement
+// (cparchive.Archive) or reads a tar stream with the shapes and placement
 // of `docker cp`.
 
 import (

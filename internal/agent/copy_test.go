@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hsbx/hsbx/internal/hostcopy"
+	"github.com/hsbx/hsbx/internal/cparchive"
 )
 
 // tree makes files (name -> content; "name/" a directory, "name@target" a
@@ -89,7 +89,7 @@ func TestCopyThroughTheAgentPlacesAsDockerCp(t *testing.T) {
 			tree(t, src, "f", "dir/a", "dir/sub/b", "dir/l@a")
 			tree(t, dst, tc.before...)
 			var buf bytes.Buffer
-			must(t, hostcopy.Archive(&buf, src+"/"+tc.src))
+			must(t, cparchive.Archive(&buf, src+"/"+tc.src))
 			err := TarIn(&buf, dst+"/"+tc.dst)
 			if tc.fail != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.fail) {

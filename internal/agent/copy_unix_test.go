@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/cparchive"
 	"golang.org/x/sys/unix"
-
-	"github.com/hsbx/hsbx/internal/hostcopy"
 )
 
 // TestTarInKeepsModesAndTimes: what the agent extracts has the archive's
@@ -37,7 +36,7 @@ func TestTarInKeepsModesAndTimes(t *testing.T) {
 		must(t, os.Chtimes(filepath.Join(src, name), when, when))
 	}
 	var ar bytes.Buffer
-	must(t, hostcopy.Archive(&ar, filepath.Join(src, "d")))
+	must(t, cparchive.Archive(&ar, filepath.Join(src, "d")))
 	dst := t.TempDir()
 	must(t, TarIn(&ar, dst))
 	if fi, err := os.Lstat(filepath.Join(dst, "d/l")); err != nil || !fi.ModTime().Equal(when) {
@@ -69,7 +68,7 @@ func TestTarInPlacementWritesNothing(t *testing.T) {
 		{"file", "nodir/x/"}, // no such directory
 	} {
 		var ar bytes.Buffer
-		must(t, hostcopy.Archive(&ar, filepath.Join(src, tc.src)))
+		must(t, cparchive.Archive(&ar, filepath.Join(src, tc.src)))
 		before := listing(t, dst)
 		var pe *PlacementError
 		if err := TarIn(&ar, dst+"/"+tc.dst); !errors.As(err, &pe) {
@@ -80,7 +79,7 @@ func TestTarInPlacementWritesNothing(t *testing.T) {
 		}
 	}
 	var ar bytes.Buffer
-	must(t, hostcopy.Archive(&ar, filepath.Join(src, "d")))
+	must(t, cparchive.Archive(&ar, filepath.Join(src, "d")))
 	b := ar.Bytes()
 	var pe *PlacementError
 	if err := TarIn(bytes.NewReader(b[:1030]), filepath.Join(dst, "ok")); err == nil || errors.As(err, &pe) { // in d/f's data

@@ -10,9 +10,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -30,17 +30,17 @@ func fileStatus(err error) int {
 	case err == nil:
 		return 0
 	case errors.Is(err, errTooLarge):
-		return wire.ExitFileTooLarge
+		return agentapi.ExitFileTooLarge
 	case errors.Is(err, fs.ErrNotExist):
-		return wire.ExitFileNotFound
+		return agentapi.ExitFileNotFound
 	case errors.As(err, &errno) && errno == syscall.EISDIR:
-		return wire.ExitFileIsDir
+		return agentapi.ExitFileIsDir
 	case errors.As(err, &errno) && errno == syscall.ENOTDIR:
-		return wire.ExitFileNotDir
+		return agentapi.ExitFileNotDir
 	case errors.As(err, &errno) && (errno == syscall.ENOTEMPTY || errno == syscall.EEXIST):
-		return wire.ExitFileNotEmpty
+		return agentapi.ExitFileNotEmpty
 	case errors.Is(err, fs.ErrPermission), errors.As(err, &errno) && errno == syscall.EROFS:
-		return wire.ExitFilePermission
+		return agentapi.ExitFilePermission
 	}
 	return 1
 }
@@ -169,7 +169,7 @@ func unixMode(m fs.FileMode) uint32 {
 	return u
 }
 
-// ListDir writes one wire.FileEntry a line for each entry of directory
+// ListDir writes one agentapi.FileEntry a line for each entry of directory
 // path (links not followed), in the directory's order.
 func ListDir(w io.Writer, path string) error {
 	fi, err := os.Stat(path)
@@ -192,7 +192,7 @@ func ListDir(w io.Writer, path string) error {
 			if ierr != nil {
 				continue // gone since it was read
 			}
-			fe := wire.FileEntry{Name: e.Name(), Type: fileType(info.Mode()), Size: info.Size(),
+			fe := agentapi.FileEntry{Name: e.Name(), Type: fileType(info.Mode()), Size: info.Size(),
 				Mode: unixMode(info.Mode()), MTime: info.ModTime().UnixNano()}
 			if fe.Type == "symlink" {
 				fe.Target, _ = os.Readlink(filepath.Join(path, e.Name()))
@@ -242,48 +242,29 @@ func RemovePath(path string, recursive bool) error {
 	return os.RemoveAll(path)
 }
 
-// runFileMode runs one file mode (args after its name) and returns its
-// exit status, its error on stderr.
-func runFileMode(mode string, args []string) int {
+// runFileMode runs one file mode and returns its status.
+func runFileMode(c agentapi.Call) int {
 	var err error
-	bound := func(s string) int64 {
-		n, perr := strconv.ParseInt(s, 10, 64)
-		if perr != nil || n < 0 {
-			err = fmt.Errorf("bad size bound %q", s)
-		}
-		return n
-	}
-	switch {
-	case mode == "file-read" && len(args) == 2:
-		if limit := bound(args[1]); err == nil {
-			err = ReadFile(os.Stdout, args[0], limit)
-		}
-	case mode == "file-write" && len(args) == 3:
-		m := int64(-1)
-		if args[1] != "-" {
-			m, err = strconv.ParseInt(args[1], 8, 64)
-			if err != nil || m < 0 || m > 0o7777 {
-				err = fmt.Errorf("bad mode %q", args[1])
-			}
-		}
-		if limit := bound(args[2]); err == nil {
-			// Chunked: input cut short is an error, never a whole file.
-			err = WriteFile(wire.Unchunked(os.Stdin), args[0], m, limit)
-		}
+	switch c := c.(type) {
+	case agentapi.FileRead:
+		err = ReadFile(os.Stdout, c.Path, c.Max)
+	case agentapi.FileWrite:
+		// Chunked: input cut short is an error, never a whole file.
+		err = WriteFile(wire.Unchunked(os.Stdin), c.Path, c.Mode, c.Max)
 		if err != nil {
 			// The rest of the input is read (the host sends at most the
 			// bound and one byte): kubectl exec -i does not end while
 			// input it holds is unread, even after the process exited.
 			_, _ = io.Copy(io.Discard, os.Stdin)
 		}
-	case mode == "file-list" && len(args) == 1:
-		err = ListDir(os.Stdout, args[0])
-	case mode == "file-remove" && len(args) == 2:
-		err = RemovePath(args[0], args[1] == "1")
-	case mode == "file-watch" && len(args) == 2:
-		err = Watch(os.Stdout, args[0], args[1] == "1")
+	case agentapi.FileList:
+		err = ListDir(os.Stdout, c.Path)
+	case agentapi.FileRemove:
+		err = RemovePath(c.Path, c.Recursive)
+	case agentapi.FileWatch:
+		err = Watch(os.Stdout, c.Path, c.Recursive)
 	default:
-		err = fmt.Errorf("%s: bad arguments %q", mode, args)
+		err = fmt.Errorf("%s: not a file mode", c.Args()[0])
 	}
 	if err != nil {
 		os.Stderr.WriteString("hsbx agent: " + err.Error() + "\n")

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -59,17 +60,17 @@ func TestFileModes(t *testing.T) {
 		err  error
 		want int
 	}{
-		{"read a missing file", ReadFile(io.Discard, filepath.Join(dir, "none"), 10), wire.ExitFileNotFound},
-		{"read a directory", ReadFile(io.Discard, dir, 10), wire.ExitFileIsDir},
-		{"read over the bound", ReadFile(io.Discard, p, 2), wire.ExitFileTooLarge},
-		{"read under a file", ReadFile(io.Discard, filepath.Join(p, "x"), 10), wire.ExitFileNotDir},
-		{"write over the bound", WriteFile(strings.NewReader("12345"), filepath.Join(dir, "big"), -1, 4), wire.ExitFileTooLarge},
-		{"write a directory", WriteFile(strings.NewReader("x"), dir, -1, 4), wire.ExitFileIsDir},
-		{"write under a file", WriteFile(strings.NewReader("x"), filepath.Join(p, "x"), -1, 4), wire.ExitFileNotDir},
-		{"list a file", ListDir(io.Discard, p), wire.ExitFileNotDir},
-		{"list a missing one", ListDir(io.Discard, filepath.Join(dir, "none")), wire.ExitFileNotFound},
-		{"remove a missing one", RemovePath(filepath.Join(dir, "none"), true), wire.ExitFileNotFound},
-		{"remove a full directory", RemovePath(filepath.Join(dir, "a"), false), wire.ExitFileNotEmpty},
+		{"read a missing file", ReadFile(io.Discard, filepath.Join(dir, "none"), 10), agentapi.ExitFileNotFound},
+		{"read a directory", ReadFile(io.Discard, dir, 10), agentapi.ExitFileIsDir},
+		{"read over the bound", ReadFile(io.Discard, p, 2), agentapi.ExitFileTooLarge},
+		{"read under a file", ReadFile(io.Discard, filepath.Join(p, "x"), 10), agentapi.ExitFileNotDir},
+		{"write over the bound", WriteFile(strings.NewReader("12345"), filepath.Join(dir, "big"), -1, 4), agentapi.ExitFileTooLarge},
+		{"write a directory", WriteFile(strings.NewReader("x"), dir, -1, 4), agentapi.ExitFileIsDir},
+		{"write under a file", WriteFile(strings.NewReader("x"), filepath.Join(p, "x"), -1, 4), agentapi.ExitFileNotDir},
+		{"list a file", ListDir(io.Discard, p), agentapi.ExitFileNotDir},
+		{"list a missing one", ListDir(io.Discard, filepath.Join(dir, "none")), agentapi.ExitFileNotFound},
+		{"remove a missing one", RemovePath(filepath.Join(dir, "none"), true), agentapi.ExitFileNotFound},
+		{"remove a full directory", RemovePath(filepath.Join(dir, "a"), false), agentapi.ExitFileNotEmpty},
 		{"remove /", RemovePath("/", true), 1},
 		{"read a device", ReadFile(io.Discard, "/dev/null", 10), 1},
 	} {
@@ -96,7 +97,7 @@ func TestFileModes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		ro := filepath.Join(dir, "ro")
 		os.Mkdir(ro, 0o500)
-		if got := fileStatus(WriteFile(strings.NewReader("x"), filepath.Join(ro, "f"), -1, 4)); got != wire.ExitFilePermission {
+		if got := fileStatus(WriteFile(strings.NewReader("x"), filepath.Join(ro, "f"), -1, 4)); got != agentapi.ExitFilePermission {
 			t.Errorf("write in a read-only directory: %d", got)
 		}
 	}
@@ -104,9 +105,9 @@ func TestFileModes(t *testing.T) {
 	if err := ListDir(&out, dir); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]wire.FileEntry{}
+	got := map[string]agentapi.FileEntry{}
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var e wire.FileEntry
+		var e agentapi.FileEntry
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatalf("%q: %v", l, err)
 		}
@@ -131,12 +132,12 @@ func TestWatch(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Watch(pw, dir, true); pw.Close() }()
 	sc := bufio.NewScanner(pr)
-	next := func() wire.FileEvent {
+	next := func() agentapi.FileEvent {
 		t.Helper()
 		if !sc.Scan() {
 			t.Fatalf("no event: %v", sc.Err())
 		}
-		var ev wire.FileEvent
+		var ev agentapi.FileEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +148,7 @@ func TestWatch(t *testing.T) {
 	}
 	sub := filepath.Join(dir, "sub")
 	os.Mkdir(sub, 0o755)
-	if ev := next(); ev != (wire.FileEvent{Event: "created", Path: sub, Type: "dir"}) {
+	if ev := next(); ev != (agentapi.FileEvent{Event: "created", Path: sub, Type: "dir"}) {
 		t.Fatalf("mkdir: %+v", ev)
 	}
 	time.Sleep(50 * time.Millisecond) // the new directory's watch is added after its event
@@ -169,7 +170,7 @@ func TestWatch(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("watch ended with %v", err)
 	}
-	if err := Watch(io.Discard, filepath.Join(dir, "none"), false); fileStatus(err) != wire.ExitFileNotFound {
+	if err := Watch(io.Discard, filepath.Join(dir, "none"), false); fileStatus(err) != agentapi.ExitFileNotFound {
 		t.Errorf("a missing directory: %v", err)
 	}
 }

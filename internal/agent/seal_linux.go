@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,11 +20,12 @@ import (
 func init() {
 	// The session server (server.go) holds the shells' pipes and its
 	// agents' connections: sealed the same way.
-	args := os.Args[1:]
-	if len(args) >= 3 && args[0] == "install-as" { // its first run (modes_linux.go)
-		args = args[2:]
+	call, _ := agentapi.Parse(os.Args[1:])
+	if ia, ok := call.(agentapi.InstallAs); ok { // its first run (modes_linux.go)
+		call = ia.Then
 	}
-	if len(args) == 1 && args[0] == "agent" || len(args) == 2 && args[0] == "session-server" {
+	switch call.(type) {
+	case agentapi.Agent, agentapi.SessionServer:
 		errSeal = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	}
 }

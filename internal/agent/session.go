@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/internal/wire"
 )
 
@@ -440,7 +441,7 @@ func ensureServer(base string, stop *fwdQueue, as *sessionUser) (*net.UnixConn, 
 		_ = lock.Chown(int(as.cred.Uid), int(as.cred.Gid))
 		_ = logf.Chown(int(as.cred.Uid), int(as.cred.Gid))
 	}
-	p, err := os.StartProcess(self, []string{self, "session-server", base}, attr)
+	p, err := os.StartProcess(self, append([]string{self}, agentapi.SessionServer{Base: base}.Args()...), attr)
 	logf.Close()
 	null.Close()
 	if err != nil {

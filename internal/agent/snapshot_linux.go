@@ -5,7 +5,7 @@ package agent
 // persistent /workspace and /root, the memory-backed /tmp...), so
 // snapshot-hold stops every other process of the sandbox (SIGSTOP: none
 // writes while it copies or while the engine commits), copies the mounted
-// paths into wire.SnapshotStage in the container's layer, says so, and
+// paths into agentapi.SnapshotStage in the container's layer, says so, and
 // waits for the host's go-ahead (or its end: the engine closes the exec's
 // input when the client goes) before it removes the copy and continues
 // the processes it stopped. snapshot-restore, run in a sandbox made from
@@ -26,9 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"golang.org/x/sys/unix"
-
-	"github.com/hsbx/hsbx/internal/wire"
 )
 
 // snapshotHoldMax bounds how long snapshot-hold keeps the sandbox stopped
@@ -47,14 +46,14 @@ func SnapshotHold(bound int64, paths []string, in io.Reader, out io.Writer) int 
 	enc := json.NewEncoder(out)
 	unlock, err := holdLock()
 	if err != nil {
-		_ = enc.Encode(wire.SnapshotReport{Error: err.Error(), Kind: wire.SnapshotKindBusy})
+		_ = enc.Encode(agentapi.SnapshotReport{Error: err.Error(), Kind: agentapi.SnapshotKindBusy})
 		return 1
 	}
 	defer unlock()
 	fz, err := freeze()
 	if err != nil {
 		fz.thaw()
-		_ = enc.Encode(wire.SnapshotReport{Error: err.Error(), Kind: wire.SnapshotKindFreeze})
+		_ = enc.Encode(agentapi.SnapshotReport{Error: err.Error(), Kind: agentapi.SnapshotKindFreeze})
 		return 1
 	}
 	stop := make(chan struct{})
@@ -72,10 +71,10 @@ func SnapshotHold(bound int64, paths []string, in io.Reader, out io.Writer) int 
 			}
 		}
 	}()
-	rep, err := stage(wire.SnapshotStage, paths, bound)
+	rep, err := stage(agentapi.SnapshotStage, paths, bound)
 	rep.Frozen = len(fz.stopped)
 	if err != nil {
-		_ = os.RemoveAll(wire.SnapshotStage)
+		_ = os.RemoveAll(agentapi.SnapshotStage)
 		rep.Error, rep.Kind = err.Error(), snapshotKind(err)
 		close(stop)
 		<-done
@@ -87,9 +86,9 @@ func SnapshotHold(bound int64, paths []string, in io.Reader, out io.Writer) int 
 	waitGoAhead(in, snapshotHoldMax)
 	close(stop)
 	<-done
-	_ = os.RemoveAll(wire.SnapshotStage)
+	_ = os.RemoveAll(agentapi.SnapshotStage)
 	thawed := fz.thaw()
-	_ = enc.Encode(wire.SnapshotReport{Thawed: thawed})
+	_ = enc.Encode(agentapi.SnapshotReport{Thawed: thawed})
 	return 0
 }
 
@@ -134,17 +133,17 @@ var errStageTooLarge = errors.New("the snapshot's files are over the size bound"
 func snapshotKind(err error) string {
 	switch {
 	case errors.Is(err, errStageTooLarge):
-		return wire.SnapshotKindTooLarge
+		return agentapi.SnapshotKindTooLarge
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return wire.SnapshotKindNoSpace
+		return agentapi.SnapshotKindNoSpace
 	}
-	return wire.SnapshotKindFailed
+	return agentapi.SnapshotKindFailed
 }
 
-// stage copies each path that exists to wire.SnapshotStage+path and
+// stage copies each path that exists to agentapi.SnapshotStage+path and
 // writes the manifest last (a stage without one is not whole).
-func stage(dir string, paths []string, bound int64) (wire.SnapshotReport, error) {
-	var rep wire.SnapshotReport
+func stage(dir string, paths []string, bound int64) (agentapi.SnapshotReport, error) {
+	var rep agentapi.SnapshotReport
 	_ = os.RemoveAll(dir) // an earlier hold's, cut short
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return rep, fmt.Errorf("making %s: %w", dir, err)
@@ -190,7 +189,7 @@ func stage(dir string, paths []string, bound int64) (wire.SnapshotReport, error)
 // (a full disk) leaves that path as it was.
 func SnapshotRestore(out io.Writer) int {
 	enc := json.NewEncoder(out)
-	rep, err := restore(wire.SnapshotStage)
+	rep, err := restore(agentapi.SnapshotStage)
 	if err != nil {
 		rep.Error, rep.Kind = err.Error(), snapshotKind(err)
 		_ = enc.Encode(rep)
@@ -200,8 +199,8 @@ func SnapshotRestore(out io.Writer) int {
 	return 0
 }
 
-func restore(dir string) (wire.SnapshotReport, error) {
-	var man, rep wire.SnapshotReport
+func restore(dir string) (agentapi.SnapshotReport, error) {
+	var man, rep agentapi.SnapshotReport
 	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
 		return rep, fmt.Errorf("the snapshot's staged files have no manifest: %w", err)

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/hsbx/hsbx/internal/wire"
+	"github.com/hsbx/hsbx/internal/agentapi"
 )
 
 // watchMask is what a watch asks inotify for: entries made, written
@@ -25,7 +25,7 @@ const watchMask = syscall.IN_CREATE | syscall.IN_MODIFY | syscall.IN_CLOSE_WRITE
 // maxWatches bounds the directories one recursive watch follows.
 const maxWatches = 8192
 
-// Watch writes a wire.FileEvent a line for each change under directory
+// Watch writes a agentapi.FileEvent a line for each change under directory
 // path (its subdirectories too when recursive, new ones as they appear)
 // until path itself is removed or moved (nil) or writing fails. The first
 // line is "watching": the watch is in place. Events a burst repeats (a
@@ -89,7 +89,7 @@ func Watch(w io.Writer, path string, recursive bool) error {
 		return err
 	}
 	enc := json.NewEncoder(w)
-	if err := enc.Encode(wire.FileEvent{Event: "watching", Path: path, Type: "dir"}); err != nil {
+	if err := enc.Encode(agentapi.FileEvent{Event: "watching", Path: path, Type: "dir"}); err != nil {
 		return err
 	}
 	buf := make([]byte, 64<<10)
@@ -101,9 +101,9 @@ func Watch(w io.Writer, path string, recursive bool) error {
 		if err != nil {
 			return os.NewSyscallError("read inotify", err)
 		}
-		var batch []wire.FileEvent
-		seen := map[wire.FileEvent]bool{}
-		emit := func(ev wire.FileEvent) {
+		var batch []agentapi.FileEvent
+		seen := map[agentapi.FileEvent]bool{}
+		emit := func(ev agentapi.FileEvent) {
 			if !seen[ev] {
 				seen[ev] = true
 				batch = append(batch, ev)
@@ -126,7 +126,7 @@ func Watch(w io.Writer, path string, recursive bool) error {
 			}
 			off += syscall.SizeofInotifyEvent + nameLen
 			if ev.Mask&syscall.IN_Q_OVERFLOW != 0 {
-				emit(wire.FileEvent{Event: "overflow", Path: path})
+				emit(agentapi.FileEvent{Event: "overflow", Path: path})
 				continue
 			}
 			dir, ok := dirs[ev.Wd]
@@ -153,16 +153,16 @@ func Watch(w io.Writer, path string, recursive bool) error {
 			}
 			switch {
 			case ev.Mask&(syscall.IN_CREATE|syscall.IN_MOVED_TO) != 0:
-				emit(wire.FileEvent{Event: "created", Path: p, Type: typ})
+				emit(agentapi.FileEvent{Event: "created", Path: p, Type: typ})
 				if typ == "dir" && recursive {
 					if err := add(p, false); err != nil {
 						return err
 					}
 				}
 			case ev.Mask&(syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE) != 0:
-				emit(wire.FileEvent{Event: "written", Path: p, Type: typ})
+				emit(agentapi.FileEvent{Event: "written", Path: p, Type: typ})
 			case ev.Mask&(syscall.IN_DELETE|syscall.IN_MOVED_FROM) != 0:
-				emit(wire.FileEvent{Event: "removed", Path: p, Type: typ})
+				emit(agentapi.FileEvent{Event: "removed", Path: p, Type: typ})
 			}
 		}
 		for _, ev := range batch {
@@ -171,7 +171,7 @@ func Watch(w io.Writer, path string, recursive bool) error {
 			}
 		}
 		if ended {
-			return enc.Encode(wire.FileEvent{Event: "removed", Path: path, Type: "dir"})
+			return enc.Encode(agentapi.FileEvent{Event: "removed", Path: path, Type: "dir"})
 		}
 	}
 }

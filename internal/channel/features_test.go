@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/internal/agentbin"
-	"github.com/hsbx/hsbx/internal/wire"
 )
 
 // The agents hsbx carries say what they can do in their bytes, which
@@ -19,8 +19,8 @@ func TestEmbeddedAgentsHoldTheirFeatures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(ag.Bytes, []byte(wire.AgentFeatures)) {
-			t.Errorf("the %s agent lacks %q: install would write it in place", p, wire.AgentFeatures)
+		if !bytes.Contains(ag.Bytes, []byte(agentapi.AgentFeatures)) {
+			t.Errorf("the %s agent lacks %q: install would write it in place", p, agentapi.AgentFeatures)
 		}
 		target, run := agentTarget(Agent{}, "/.hsbx-agent-x", ag.Bytes)
 		if target == "/.hsbx-agent-x" || len(run) != 3 || run[1] != "install-as" {

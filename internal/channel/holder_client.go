@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hsbx/hsbx/internal/egress"
 	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/internal/wire"
 )
@@ -261,28 +260,4 @@ func dial(ctx context.Context, socket string) (net.Conn, error) {
 		return nil, fmt.Errorf("refusing the holder at %s: %w", socket, err)
 	}
 	return nc, nil
-}
-
-// Holders is how the hsbx command shares a channel between its processes
-// (sandbox.Config.Holders): the private directory of the holders' sockets
-// and how to start a holder (a detached hsbx).
-type Holders struct {
-	Dir   string
-	Start func(HolderSpec)
-}
-
-// HolderSpec is what a holder process needs to serve one sandbox.
-type HolderSpec struct {
-	Socket string
-	ID     string // the verified container id
-	User   string // exec --user for the agent ("" = the container's)
-	// Egress says the sandbox's network is allow, as the starter verified
-	// it: the holder then reads the policy from the engine and relays
-	// (no engine call for any other sandbox). EgressLog is its network log.
-	Egress    bool
-	EgressLog string
-	// EgressState is the key's state directory, Secrets where the
-	// sandbox's brokered secrets' values are on this host.
-	EgressState string
-	Secrets     []egress.Source
 }

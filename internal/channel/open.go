@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/internal/agentbin"
 	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/internal/wire"
@@ -49,7 +50,7 @@ type Agent struct {
 
 // pathPrefix names the agent in a sandbox; the rest is a digest of the
 // binary, so a different hsbx never talks to a stale agent.
-const pathPrefix = wire.AgentPathPrefix
+const pathPrefix = agentapi.AgentPathPrefix
 
 // agentPath is where an agent of this digest lives inside a sandbox.
 func agentPath(digest string) string { return pathPrefix + digest[:16] }
@@ -141,7 +142,7 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 		return nil, err
 	}
 	path := agentPath(digest)
-	conn, err := start(ctx, a, []string{path, "agent"})
+	conn, err := start(ctx, a, append([]string{path}, agentapi.Agent{}.Args()...))
 	if err == nil {
 		return conn, nil
 	}
@@ -154,7 +155,7 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 		return nil, err
 	}
 	ierr, err := installAndRun(ctx, a, path, bin, func(run []string) (err error) {
-		conn, err = start(ctx, a, append(run, "agent"))
+		conn, err = start(ctx, a, append(run, agentapi.Agent{}.Args()...))
 		if err != nil && !passing(err) {
 			err = &notStartedError{err}
 		}
@@ -177,15 +178,11 @@ func Open(ctx context.Context, a Agent) (*Conn, error) {
 // the way to stop a command in a sandbox without the shell that hsbx's
 // kill script needs. It returns how many processes it reached.
 func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
-	out, err := runMode(ctx, a, a.Runtime.CallTimeout(), false, nil, "kill-marked", marker)
+	out, err := runMode(ctx, a, a.Runtime.CallTimeout(), false, nil, agentapi.KillMarked{Marker: marker})
 	if err != nil {
 		return 0, err
 	}
-	var n int
-	if _, err := fmt.Sscan(out, &n); err != nil {
-		return 0, fmt.Errorf("the agent's kill printed %q, not a count", clip(out))
-	}
-	return n, nil
+	return agentapi.ReadKilled([]byte(out))
 }
 
 // Unreachable runs `AGENT unreachable WAIT ADDR...` in a's sandbox (one
@@ -194,7 +191,7 @@ func KillMarked(ctx context.Context, a Agent, marker string) (int, error) {
 // when every one is out of its reach.
 func Unreachable(ctx context.Context, a Agent, wait time.Duration, addrs []string) ([]string, error) {
 	out, err := runMode(ctx, a, a.Runtime.CallTimeout()+wait+time.Duration(len(addrs))*time.Second, true, nil,
-		append([]string{"unreachable", wait.String()}, addrs...)...)
+		agentapi.Unreachable{Wait: wait, Addrs: addrs})
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +211,7 @@ func Unreachable(ctx context.Context, a Agent, wait time.Duration, addrs []strin
 // CA certificate (pem) on its stdin: DIR/ca.pem and DIR/ca-bundle.pem
 // (the image's bundle with it) are written, for the CA variables to name.
 func InstallTrust(ctx context.Context, a Agent, dir string, pem []byte) error {
-	_, err := runMode(ctx, a, a.Runtime.CallTimeout(), false, pem, "trust", dir)
+	_, err := runMode(ctx, a, a.Runtime.CallTimeout(), false, pem, agentapi.Trust{Dir: dir})
 	return err
 }
 
@@ -268,7 +265,7 @@ func RunAgent(ctx context.Context, a Agent, x AgentExec) (int, error) {
 	}
 	if x.Stdin != nil {
 		// Input is read once: the agent is made sure of first.
-		if _, err := runModeOf(ctx, a, digest, bytesOf, a.Runtime.CallTimeout(), false, nil, "features"); err != nil {
+		if _, err := runModeOf(ctx, a, digest, bytesOf, a.Runtime.CallTimeout(), false, nil, agentapi.Features{}); err != nil {
 			return -1, err
 		}
 		return run([]string{path})
@@ -309,17 +306,18 @@ func RunAgent(ctx context.Context, a Agent, x AgentExec) (int, error) {
 // (stdin, when not nil, on its standard input) and returns what it
 // printed; exit 1 is an answer too when one is allowed (the mode printed
 // what it found). The agent is installed first when it is missing.
-func runMode(ctx context.Context, a Agent, timeout time.Duration, one bool, stdin []byte, args ...string) (string, error) {
+func runMode(ctx context.Context, a Agent, timeout time.Duration, one bool, stdin []byte, call agentapi.Call) (string, error) {
 	digest, bytesOf, err := agentBin(ctx, a)
 	if err != nil {
 		return "", err
 	}
-	return runModeOf(ctx, a, digest, bytesOf, timeout, one, stdin, args...)
+	return runModeOf(ctx, a, digest, bytesOf, timeout, one, stdin, call)
 }
 
 // runModeOf is runMode with the agent agentBin found.
-func runModeOf(ctx context.Context, a Agent, digest string, bytesOf func() ([]byte, error), timeout time.Duration, one bool, stdin []byte, args ...string) (string, error) {
+func runModeOf(ctx context.Context, a Agent, digest string, bytesOf func() ([]byte, error), timeout time.Duration, one bool, stdin []byte, call agentapi.Call) (string, error) {
 	path := agentPath(digest)
+	args := call.Args()
 	run := func(agent []string) (string, int, error) {
 		var out strings.Builder
 		errb := &proc.TailBuffer{Max: 4 << 10}
@@ -426,11 +424,11 @@ func passing(err error) bool {
 func agentTarget(a Agent, path string, bin []byte) (target string, run []string) {
 	target, run = path, []string{path}
 	root := a.User == "" || a.User == "0" || a.User == "root" || strings.HasPrefix(a.User, "0:") || strings.HasPrefix(a.User, "root:")
-	if root && bytes.Contains(bin, []byte(wire.AgentFeatures)) {
+	if root && bytes.Contains(bin, []byte(agentapi.AgentFeatures)) {
 		var r [8]byte
 		_, _ = rand.Read(r[:])
 		target = path + ".new-" + hex.EncodeToString(r[:])
-		run = []string{target, "install-as", strings.TrimPrefix(path, "/")}
+		run = []string{target, agentapi.ModeInstallAs, strings.TrimPrefix(path, "/")} // then the mode: agentapi.InstallAs
 	}
 	return target, run
 }
@@ -493,7 +491,7 @@ func installInside(ctx context.Context, a Agent, path string, bin []byte) ([]str
 // process never runs a file while it is being written. An exec user that
 // is not root cannot rename in /, and an agent from an hsbx before
 // install-as (an exec_channel_agent of an older build: its binary lacks
-// wire.AgentFeatures) cannot rename itself: their agents are written at
+// agentapi.AgentFeatures) cannot rename itself: their agents are written at
 // path.
 func install(ctx context.Context, a Agent, path string, bin []byte) (run []string, err error) {
 	target, run := agentTarget(a, path, bin)

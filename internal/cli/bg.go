@@ -13,6 +13,7 @@ import (
 
 	"github.com/hsbx/hsbx/config"
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
 )
 
 // BgCmd starts and handles background processes.
@@ -58,7 +59,7 @@ func (c *BgStartCmd) Run(ctx context.Context, app *App) error {
 		return &exitError{code: ExitUsage, err: err}
 	}
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		p, err := sb.Start(ctx, sandbox.Command{Argv: argv, Env: env, WorkDir: c.Workdir, User: c.User})
+		p, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: argv, Env: env, WorkDir: c.Workdir, User: c.User})
 		var ee *sandbox.ExitError
 		if errors.As(err, &ee) {
 			_, _ = app.Env.Stderr.Write(ee.Stderr)
@@ -84,13 +85,13 @@ type BgLsCmd struct {
 // Run implements the command.
 func (c *BgLsCmd) Run(ctx context.Context, app *App) error {
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		list, err := sb.Processes(ctx, c.User)
+		list, err := background.Of(sb).List(ctx, c.User)
 		if err != nil {
 			return err
 		}
 		if app.G.JSON {
 			if list == nil {
-				list = []sandbox.ProcessInfo{}
+				list = []background.Info{}
 			}
 			b, _ := json.Marshal(list)
 			fmt.Fprintln(app.Env.Stdout, string(b))
@@ -101,7 +102,7 @@ func (c *BgLsCmd) Run(ctx context.Context, app *App) error {
 	})
 }
 
-func writeProcesses(w io.Writer, list []sandbox.ProcessInfo) {
+func writeProcesses(w io.Writer, list []background.Info) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tPID\tSTATE\tEXIT\tSTARTED\tOUTPUT\tCOMMAND")
 	for _, p := range list {
@@ -136,7 +137,7 @@ func (c *BgOutputCmd) Run(ctx context.Context, app *App) error {
 		return &exitError{code: ExitUsage, err: fmt.Errorf("--from %d: want N >= 0", c.From)}
 	}
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		err := sb.Process(c.ID, c.User).Output(ctx, app.Env.Stdout, sandbox.OutputOptions{From: c.From, Follow: c.Follow, Dropped: app.Env.Stderr})
+		err := background.Of(sb).Get(c.ID, c.User).Output(ctx, app.Env.Stdout, background.OutputOptions{From: c.From, Follow: c.Follow, Dropped: app.Env.Stderr})
 		if err == nil && ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
@@ -155,7 +156,7 @@ type BgWaitCmd struct {
 // (lost) is an error.
 func (c *BgWaitCmd) Run(ctx context.Context, app *App) error {
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		info, err := sb.Process(c.ID, c.User).Wait(ctx)
+		info, err := background.Of(sb).Get(c.ID, c.User).Wait(ctx)
 		if err != nil {
 			return err
 		}
@@ -195,7 +196,7 @@ func (c *BgKillCmd) Run(ctx context.Context, app *App) error {
 		return &usageError{fmt.Errorf("--signal %q is not a signal", c.Signal), "give a name (TERM, INT, HUP, KILL, USR1, ...) or a number"}
 	}
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		n, err := sb.Process(c.ID, c.User).Signal(ctx, sig)
+		n, err := background.Of(sb).Get(c.ID, c.User).Signal(ctx, sig)
 		if err != nil {
 			return err
 		}

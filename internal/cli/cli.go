@@ -201,9 +201,9 @@ func (a *App) options() hsbx.Options {
 	return hsbx.Options{
 		Config: a.Cfg, Environ: a.Env.Environ, Cwd: a.Env.Cwd, Logger: a.Log,
 		StateDir: a.stateDir(), CacheDir: a.cacheDir(),
-		Warn:      a.warn,
-		Customize: a.channelConfig,
-		OnPull:    a.onPull,
+		Warn:    a.warn,
+		Command: a.wiring(),
+		OnPull:  a.onPull,
 	}
 }
 
@@ -244,7 +244,7 @@ func (a *App) sandbox(ctx context.Context) (*sandbox.Sandbox, error) {
 }
 
 // execSandbox is sandbox for Sandbox.Exec, which waits for the signal
-// handlers itself (sandbox.Config.BeforeStart, set by channelConfig):
+// handlers itself (sandbox.Config.BeforeStart, from the CLI's wiring):
 // a warm exec through a holder reads its state and reaches the holder
 // while they are put in.
 func (a *App) execSandbox(ctx context.Context) (*sandbox.Sandbox, error) {

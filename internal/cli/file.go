@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hsbx/hsbx/config"
+	"github.com/hsbx/hsbx/internal/iocount"
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/files"
 )
 
 // FileCmd reads, writes, lists, removes and watches files in a sandbox.
@@ -52,7 +53,7 @@ type FileReadCmd struct {
 // Run implements the command.
 func (c *FileReadCmd) Run(ctx context.Context, app *App) error {
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		return sb.ReadFile(ctx, c.Path, app.Env.Stdout, sandbox.FileOptions{User: c.User})
+		return files.Of(sb).Read(ctx, c.Path, app.Env.Stdout, files.Options{User: c.User})
 	})
 }
 
@@ -64,39 +65,28 @@ type FileWriteCmd struct {
 
 // Run implements the command; --json prints {"path","bytes"}.
 func (c *FileWriteCmd) Run(ctx context.Context, app *App) error {
-	o := sandbox.FileOptions{User: c.User}
+	o := files.Options{User: c.User}
 	if c.Mode != "" {
 		m, err := strconv.ParseUint(c.Mode, 8, 32)
 		if err != nil || m == 0 || m > 0o7777 {
 			return &usageError{fmt.Errorf("--mode %q is not a file mode", c.Mode), "give it in octal, like 0644 or 755"}
 		}
-		o.Mode = sandbox.FileModeOf(uint32(m))
+		o.Mode = files.FileModeOf(uint32(m))
 	}
-	in := &countingReader{r: app.Env.Stdin}
+	in := &iocount.Reader{R: app.Env.Stdin}
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		if err := sb.WriteFile(ctx, c.Path, in, o); err != nil {
+		if err := files.Of(sb).Write(ctx, c.Path, in, o); err != nil {
 			return err
 		}
 		if app.G.JSON {
 			b, _ := json.Marshal(struct {
 				Path  string `json:"path"`
 				Bytes int64  `json:"bytes"`
-			}{sb.SandboxPath(c.Path), in.n})
+			}{files.Of(sb).Path(c.Path), in.N})
 			fmt.Fprintln(app.Env.Stdout, string(b))
 		}
 		return nil
 	})
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // FileLsCmd is `file ls`.
@@ -117,14 +107,14 @@ type fileJSON struct {
 // Run implements the command.
 func (c *FileLsCmd) Run(ctx context.Context, app *App) error {
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		ents, err := sb.ListDir(ctx, c.Path, sandbox.FileOptions{User: c.User})
+		ents, err := files.Of(sb).List(ctx, c.Path, files.Options{User: c.User})
 		if err != nil {
 			return err
 		}
 		if app.G.JSON {
 			out := make([]fileJSON, 0, len(ents))
 			for _, e := range ents {
-				out = append(out, fileJSON{Name: e.Name, Type: e.Type, Size: e.Size, Mode: fmt.Sprintf("%04o", sandbox.UnixMode(e.Mode)),
+				out = append(out, fileJSON{Name: e.Name, Type: e.Type, Size: e.Size, Mode: fmt.Sprintf("%04o", files.UnixMode(e.Mode)),
 					MTime: e.ModTime.UTC().Format(time.RFC3339Nano), Target: e.Target})
 			}
 			b, _ := json.Marshal(out)
@@ -138,7 +128,7 @@ func (c *FileLsCmd) Run(ctx context.Context, app *App) error {
 			if e.Target != "" {
 				name += " -> " + safe(e.Target)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%04o\t%s\n", name, e.Type, e.Size, sandbox.UnixMode(e.Mode), e.ModTime.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%04o\t%s\n", name, e.Type, e.Size, files.UnixMode(e.Mode), e.ModTime.UTC().Format(time.RFC3339))
 		}
 		return tw.Flush()
 	})
@@ -153,7 +143,7 @@ type FileRmCmd struct {
 // Run implements the command.
 func (c *FileRmCmd) Run(ctx context.Context, app *App) error {
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		return sb.Remove(ctx, c.Path, sandbox.FileOptions{User: c.User, Recursive: c.Recursive})
+		return files.Of(sb).Remove(ctx, c.Path, files.Options{User: c.User, Recursive: c.Recursive})
 	})
 }
 
@@ -168,7 +158,7 @@ type FileWatchCmd struct {
 // It ends on a signal (exit 0... as interrupted) or when the directory goes.
 func (c *FileWatchCmd) Run(ctx context.Context, app *App) error {
 	return c.withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		err := sb.Watch(ctx, c.Path, sandbox.FileOptions{User: c.User, Recursive: c.Recursive}, func(ev sandbox.FileEvent) {
+		err := files.Of(sb).Watch(ctx, c.Path, files.Options{User: c.User, Recursive: c.Recursive}, func(ev files.Event) {
 			if app.G.JSON {
 				b, _ := json.Marshal(ev)
 				fmt.Fprintln(app.Env.Stdout, string(b))

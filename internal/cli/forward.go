@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/hsbx/hsbx/config"
-	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/forward"
 )
 
 // ForwardCmd forwards a local port to a port in the sandbox.
@@ -68,7 +68,7 @@ func (c *ForwardCmd) Run(ctx context.Context, app *App) error {
 	} else {
 		fmt.Fprintf(app.Env.Stderr, "hsbx: forwarding %s to port %d in sandbox %s (Ctrl-C ends it)\n", at, port, sb.Name())
 	}
-	err = sb.Forward(ctx, ln, sandbox.ForwardOptions{Port: port, User: c.User})
+	err = forward.Run(ctx, sb, ln, forward.Options{Port: port, User: c.User})
 	if err == nil && ctx.Err() != nil {
 		return context.Cause(ctx)
 	}

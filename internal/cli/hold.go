@@ -7,17 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	goruntime "runtime"
 	"strings"
 
+	"github.com/hsbx/hsbx"
 	"github.com/hsbx/hsbx/internal/agentbin"
 	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/privdir"
-	"github.com/hsbx/hsbx/internal/proc"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
-	"github.com/hsbx/hsbx/sandbox"
 )
 
 // HoldCmd is the exec channel's holder process (channel.Hold): started
@@ -58,23 +56,21 @@ func (a *App) socketDir() (*privdir.Dir, error) {
 	return a.sockDir, a.sockErr
 }
 
-// channelConfig turns on the exec channel for the CLI: the agent is the
-// one hsbx carries for the engine's platform (or exec_channel_agent),
-// holders live in a private socket directory (socketDir), and a plain
-// exec starts one (this binary, `hold`). Without a holder a CLI process
-// would pay more to open a channel than its one command saves, so on a
-// host where holders cannot run (see holdersRunHere) the CLI takes the
-// plain path.
-func (a *App) channelConfig(c *sandbox.Config) {
-	c.Remedies = cliRemedy
-	c.BeforeStart = a.Env.awaitReady
-	c.Channel, c.Agent, c.Holders = false, "", channel.Holders{}
+// wiring is the CLI's own wiring of the library: its exec channel's
+// holders in a private socket directory (socketDir), started as this
+// binary's `hold`; its words for remedies; its signal handlers' readiness.
+// Without a holder a CLI process would pay more to open a channel than
+// its one command saves, so on a host where holders cannot run (see
+// holdersRunHere), or with no socket directory, the wiring has no holders
+// and the CLI takes the plain path.
+func (a *App) wiring() *hsbx.CommandWiring {
+	w := &hsbx.CommandWiring{Remedies: cliRemedy, BeforeStart: a.Env.awaitReady}
 	if !a.Cfg.ExecChannel.Value || !holdersRunHere() {
-		return
+		return w
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return
+		return w
 	}
 	dir, err := a.socketDir()
 	if err == nil {
@@ -82,25 +78,13 @@ func (a *App) channelConfig(c *sandbox.Config) {
 	}
 	if err != nil {
 		a.warnChannelOff(err)
-		return
+		return w
 	}
-	agentBin := a.Cfg.ExecChannelAgent.Value // "": the agent hsbx carries
-	c.Channel, c.Agent, c.Holders.Dir = true, agentBin, dir.FDPath()
-	c.Holders.Start = func(h channel.HolderSpec) {
-		if why, ok := channel.UnavailableReason(h.Socket); ok {
-			a.Log.Debug("exec channel unavailable here; not starting a holder", "why", why)
-			return
-		}
-		spec := channel.HoldSpec{Dir: dir.Path(), Name: filepath.Base(h.Socket), ID: h.ID, User: h.User,
-			Engine: c.Runtime.Binary(), Agent: agentBin, Idle: a.Cfg.ExecChannelIdle.Value, Egress: h.Egress, EgressLog: h.EgressLog,
-			EgressState: h.EgressState, Secrets: h.Secrets}
-		// A flag first: a binary that is not hsbx (a Go test binary
-		// embedding the CLI) stops at it instead of running its own main.
-		argv := []string{self, "--log-level", "info", "hold"}
-		if _, err := proc.StartDetached(argv, channel.HolderEnv(a.Env.Environ, spec)); err != nil {
-			a.Log.Debug("starting the exec channel holder failed", "error", err)
-		}
-	}
+	// A flag first: a binary that is not hsbx (a Go test binary embedding
+	// the CLI) stops at it instead of running its own main.
+	w.Holders = channel.Holders{Dir: dir.FDPath(), DirPath: dir.Path(), Command: []string{self, "--log-level", "info", "hold"},
+		Environ: a.Env.Environ, Agent: a.Cfg.ExecChannelAgent.Value, Idle: a.Cfg.ExecChannelIdle.Value, Log: a.Log}
+	return w
 }
 
 // holdersRunHere: the CLI's holders listen on a unix socket whose peers
@@ -133,7 +117,6 @@ func (a *App) warnChannelOff(err error) {
 
 // channelVerdict says whether the exec channel can work here (doctor).
 func (a *App) channelVerdict() string {
-	var c sandbox.Config
 	if !a.Cfg.ExecChannel.Value {
 		return "off (exec_channel = false)"
 	}
@@ -147,15 +130,15 @@ func (a *App) channelVerdict() string {
 	if err != nil {
 		return "unavailable: " + err.Error()
 	}
-	a.channelConfig(&c)
+	h := a.wiring().Holders
 	switch {
-	case !c.Channel:
+	case !h.On():
 		return "unavailable: hsbx cannot find its own binary (it starts the holders)"
-	case c.Agent == "":
+	case h.Agent == "":
 		return fmt.Sprintf("on (the agent hsbx carries, for %s; holders in %s)", strings.Join(agentbin.Platforms(), ", "), a.sockDir.Path())
 	}
-	if err := channel.CheckBinary(c.Agent, "linux/"+goruntime.GOARCH); err != nil {
+	if err := channel.CheckBinary(h.Agent, "linux/"+goruntime.GOARCH); err != nil {
 		return err.Error()
 	}
-	return fmt.Sprintf("on (agent %s; holders in %s)", c.Agent, a.sockDir.Path())
+	return fmt.Sprintf("on (agent %s; holders in %s)", h.Agent, a.sockDir.Path())
 }

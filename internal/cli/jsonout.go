@@ -17,6 +17,8 @@ import (
 	"github.com/hsbx/hsbx"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
+	"github.com/hsbx/hsbx/sandbox/files"
 )
 
 // The machine interface: with --json, `exec` and `run` print one Result
@@ -261,7 +263,7 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 		return "no_sandbox", ExitError
 	case errors.Is(err, sandbox.ErrNoSuchUser):
 		return "no_such_user", ExitCannotRun
-	case errors.Is(err, sandbox.ErrNoProcess):
+	case errors.Is(err, background.ErrNoProcess):
 		return "no_process", ExitError
 	case errors.Is(err, sandbox.ErrSnapshotUnsupported):
 		return "snapshot_unsupported", ExitUsage
@@ -276,10 +278,10 @@ func classify(ctx context.Context, err error) (kind string, code int) {
 	case errors.Is(err, sandbox.ErrNoSpace):
 		return "no_space", ExitError
 	}
-	var fe *sandbox.FileError
+	var fe *files.Error
 	if errors.As(err, &fe) {
-		kinds := map[error]string{fs.ErrNotExist: "not_found", sandbox.ErrIsDir: "is_directory", sandbox.ErrNotDir: "not_directory",
-			fs.ErrPermission: "permission_denied", sandbox.ErrFileTooLarge: "file_too_large", sandbox.ErrNotEmpty: "not_empty"}
+		kinds := map[error]string{fs.ErrNotExist: "not_found", files.ErrIsDir: "is_directory", files.ErrNotDir: "not_directory",
+			fs.ErrPermission: "permission_denied", files.ErrTooLarge: "file_too_large", files.ErrNotEmpty: "not_empty"}
 		return kinds[fe.Kind], ExitError
 	}
 	for _, k := range engineKinds {

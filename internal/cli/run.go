@@ -76,7 +76,7 @@ func (c *RunCmd) Run(ctx context.Context, app *App) error {
 	}
 	res, err := sb.RunScript(ctx, name, sc)
 	if fresh {
-		_ = sb.CloseSessionAs(context.WithoutCancel(ctx), name, c.User)
+		_ = sb.Session(name, c.User).Close(context.WithoutCancel(ctx))
 	}
 	if cerr := sb.Close(ctx); cerr != nil {
 		app.warn(fmt.Sprintf("removing the per-process sandbox: %v", cerr))
@@ -144,7 +144,7 @@ func (c *SessionLsCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	infos, err := sb.SessionsAs(ctx, c.User)
+	infos, err := sb.Sessions(ctx, c.User)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (c *SessionCloseCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	if err := sb.CloseSessionAs(ctx, c.Name, c.User); err != nil {
+	if err := sb.Session(c.Name, c.User).Close(ctx); err != nil {
 		if errors.Is(err, sandbox.ErrNoSession) {
 			return &exitError{code: 1, err: err}
 		}

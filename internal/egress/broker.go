@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hsbx/hsbx/internal/iocount"
 )
 
 // The broker's half of the proxy: requests that may carry a secret's
@@ -58,9 +60,9 @@ func (p *Proxy) brokerPlain(c Conn, br *bufio.Reader, up net.Conn, forward []byt
 	// two chunks is one placeholder), the head was looked at above.
 	r.Body = io.NopCloser(&watchReader{r: io.MultiReader(bytes.NewReader(held), r.Body), sc: &scanner{b: p.Broker, dest: dest, w: io.Discard}})
 	keepUserAgent(r)
-	out := &countWriter{w: up}
+	out := &iocount.Writer{W: up}
 	err = r.Write(out)
-	rec.BytesOut = out.n
+	rec.BytesOut = out.N
 	var ex *exfiltrationError
 	if errors.As(err, &ex) {
 		// The placeholder never left (the scanner holds back what could
@@ -167,7 +169,7 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 		// encoding the relay can read.
 		r.Header.Set("Accept-Encoding", "identity")
 		r.Header.Del("TE")
-		out := &countWriter{w: outer}
+		out := &iocount.Writer{W: outer}
 		if err := r.Write(out); err != nil {
 			var ex *exfiltrationError
 			if errors.As(err, &ex) {
@@ -175,13 +177,13 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 			} else {
 				one.Error = err.Error()
 			}
-			one.BytesOut = out.n
+			one.BytesOut = out.N
 			p.log(one, begin)
 			return
 		}
 		resp, err := http.ReadResponse(ur, r)
 		if err != nil {
-			one.Error, one.BytesOut = err.Error(), out.n
+			one.Error, one.BytesOut = err.Error(), out.N
 			reply(inner, 502, "Bad Gateway", "hsbx egress: "+dest+": "+p.Broker.newUnbroker().string(err.Error())+"\n")
 			p.log(one, begin)
 			return
@@ -190,15 +192,15 @@ func (p *Proxy) brokerTLS(ctx context.Context, c Conn, br *bufio.Reader, up net.
 		un, err := p.Broker.unbrokerResponse(resp, r)
 		if err != nil {
 			_ = resp.Body.Close()
-			one.Error, one.BytesOut = err.Error(), out.n
+			one.Error, one.BytesOut = err.Error(), out.N
 			reply(inner, 502, "Bad Gateway", "hsbx egress: "+dest+": "+un.string(err.Error())+"\n")
 			p.log(one, begin)
 			return
 		}
-		in := &countWriter{w: inner}
+		in := &iocount.Writer{W: inner}
 		err = resp.Write(in)
 		_ = resp.Body.Close()
-		one.BytesOut, one.BytesIn = out.n, in.n
+		one.BytesOut, one.BytesIn = out.N, in.N
 		if err != nil {
 			one.Error = err.Error()
 		}
@@ -260,17 +262,6 @@ func keepUserAgent(r *http.Request) {
 	if _, ok := r.Header["User-Agent"]; !ok {
 		r.Header["User-Agent"] = []string{""}
 	}
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // connAdapter is a relayed Conn as the net.Conn crypto/tls takes, its

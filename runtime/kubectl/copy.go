@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/hsbx/hsbx/internal/cparchive"
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -44,7 +45,7 @@ func (r *Runtime) CopyTo(ctx context.Context, id, src, dst string) error {
 		mode, base = "contents", "."
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(hostcopy.Archive(pw, src)) }()
+	go func() { pw.CloseWithError(cparchive.Archive(pw, src)) }()
 	err := r.tar(ctx, id, []string{"/bin/sh", "-c", copyInScript, "hsbx-cp", path.Clean(dst), mode, base}, pr, nil)
 	_ = pr.CloseWithError(errors.New("copy ended"))
 	return err

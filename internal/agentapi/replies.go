@@ -1,24 +1,13 @@
-package wire
+package agentapi
 
-import "strings"
-
-// What the host and the agent must agree on besides the frames: the names
-// a session may have and the statuses the agent's one-shot modes exit
-// with. Both sides import this package; the host never links the agent.
-
-// ValidSessionName says whether name can name a session: 1 to 64 of
-// [A-Za-z0-9._-], not starting with a dot.
-func ValidSessionName(name string) bool {
-	if name == "" || len(name) > 64 || name[0] == '.' {
-		return false
-	}
-	for _, c := range name {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && c != '.' && c != '_' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
 
 // AgentPathPrefix names the agent in a sandbox (the rest is a digest of
 // its binary). A binary that is both hsbx and the agent runs its agent
@@ -49,7 +38,7 @@ func InvokedAsAgent(argv0 string) bool {
 // says why, in its words).
 const ExitUseEngine = 3
 
-// AgentFeatures is what the agent prints for its `features` mode, and so a
+// AgentFeatures is what the agent prints for its Features mode, and so a
 // string its binary holds whole: the host reads an agent's abilities from
 // its bytes before it runs it. "install-as": the agent renames itself into
 // place on its first run (hsbx copies it in under a name of its own). A
@@ -132,3 +121,75 @@ const (
 	SnapshotKindBusy     = "busy"      // another snapshot-hold runs in the sandbox
 	SnapshotKindFailed   = "failed"    // anything else (the words say)
 )
+
+// Process is what BgList, BgInfo and BgWait print of a background process
+// (JSON, one a line).
+type Process struct {
+	ID      string   `json:"id"`
+	Argv    []string `json:"argv"`
+	Dir     string   `json:"dir,omitempty"`
+	PID     int      `json:"pid,omitempty"`
+	Started int64    `json:"started_ms"`
+	Running bool     `json:"running"`
+	// Lost: neither running nor ended by its supervisor's word (the
+	// sandbox restarted, or the supervisor was killed).
+	Lost     bool  `json:"lost,omitempty"`
+	ExitCode *int  `json:"exit_code,omitempty"`
+	Signal   int   `json:"signal,omitempty"`
+	Ended    int64 `json:"ended_ms,omitempty"`
+	// Output: bytes it wrote in all; Dropped: of them, no longer kept.
+	Output  int64 `json:"output_bytes"`
+	Dropped int64 `json:"dropped_bytes"`
+}
+
+// Started is what BgStart prints once its command runs.
+type Started struct {
+	ID  string `json:"id"`
+	PID int    `json:"pid"`
+}
+
+// NotStarted is what BgStart prints when it exits ExitNotStarted: Code is
+// the shell's 127 (not found) or 126 (not runnable), Error its words.
+type NotStarted struct {
+	Code  int    `json:"code"`
+	Error string `json:"error"`
+}
+
+// ReadKilled reads KillMarked's output: how many processes it killed.
+func ReadKilled(out []byte) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("kill-marked printed %q, not a count", clip(out))
+	}
+	return n, nil
+}
+
+// ReadJSON reads one line of a mode's JSON output into v.
+func ReadJSON(line []byte, v any) error {
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("the agent printed %q: %w", clip(line), err)
+	}
+	return nil
+}
+
+func clip(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
+// EachLine calls fn with each line of a mode's output r (at most 1 MiB
+// each); after fn's first error the rest of r is read and dropped.
+func EachLine(r io.Reader, fn func([]byte) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if err := fn(sc.Bytes()); err != nil {
+			_, _ = io.Copy(io.Discard, r)
+			return err
+		}
+	}
+	return sc.Err()
+}

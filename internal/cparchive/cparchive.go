@@ -1,4 +1,8 @@
-package hostcopy
+// Package cparchive writes the tar archives docker cp reads and writes:
+// the one shape every copy of hsbx's own carries, made on the host (a
+// copy into a sandbox) and by the agent inside it (a copy out). It is
+// linked by both sides and imports nothing of either.
+package cparchive
 
 import (
 	"archive/tar"

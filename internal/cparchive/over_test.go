@@ -1,4 +1,4 @@
-package hostcopy
+package cparchive
 
 import (
 	"os"

@@ -1,4 +1,13 @@
-package sandbox
+// Package forward forwards ports of a sandbox: connections to a listener on the host, each relayed to a
+// TCP port in the sandbox by hsbx's agent (its `forward` mode, through
+// the exec channel when it is up, else one plain exec a connection), as
+// `kubectl port-forward` does. It needs no network in the sandbox (the
+// agent connects to its loopback), so it works with network = off, on
+// every engine and on Kubernetes.
+//
+//	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+//	err := forward.Run(ctx, sb, ln, forward.Options{Port: 8080})
+package forward
 
 import (
 	"context"
@@ -10,18 +19,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/sandbox"
 )
 
-// Port forwards: connections to a listener on the host, each relayed to a
-// TCP port in the sandbox by hsbx's agent (its `forward` mode, through
-// the exec channel when it is up, else one plain exec a connection), as
-// `kubectl port-forward` does. It needs no network in the sandbox (the
-// agent connects to its loopback), so it works with network = off, on
-// every engine and on Kubernetes.
-
-// ForwardOptions say where a forward goes.
-type ForwardOptions struct {
+// Options say where a forward goes.
+type Options struct {
 	// Port is the TCP port in the sandbox.
 	Port int
 	// Host is the address in the sandbox to connect to (default
@@ -41,15 +45,16 @@ var ErrSandboxStopped = errors.New("the sandbox stopped")
 // still runs (one inspect).
 const forwardCheck = 5 * time.Second
 
-// Forward relays every connection ln accepts to o.Port in the sandbox
-// (brought up first, as Exec does) until ctx ends (nil), ln fails, or the
-// sandbox stops or goes (ErrSandboxStopped); ln is closed then, and the
+// Run relays every connection ln accepts to o.Port in sandbox sb (brought
+// up first, as Exec does) until ctx ends (nil), ln fails, or the sandbox
+// stops or goes (ErrSandboxStopped); ln is closed then, and the
 // connections open are ended. Connections run at once, each its own.
-func (s *Sandbox) Forward(ctx context.Context, ln net.Listener, o ForwardOptions) error {
+func Run(ctx context.Context, sb *sandbox.Sandbox, ln net.Listener, o Options) error {
+	d := sb.Door()
 	if o.Port < 1 || o.Port > 65535 {
-		return &SpecError{Setting: "port", Msg: fmt.Sprintf("%d is not a TCP port", o.Port)}
+		return &sandbox.SpecError{Setting: "port", Msg: fmt.Sprintf("%d is not a TCP port", o.Port)}
 	}
-	if err := validUser(o.User); err != nil {
+	if err := d.Check(o.User); err != nil {
 		return err
 	}
 	host := o.Host
@@ -57,7 +62,7 @@ func (s *Sandbox) Forward(ctx context.Context, ln net.Listener, o ForwardOptions
 		host = "127.0.0.1"
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(o.Port))
-	res, err := s.Ensure(ctx)
+	res, err := d.Ensure(ctx)
 	if err != nil {
 		return err
 	}
@@ -76,9 +81,9 @@ func (s *Sandbox) Forward(ctx context.Context, ln net.Listener, o ForwardOptions
 				return
 			case <-t.C:
 			}
-			cur, err := s.inspectOwn(ctx, res.ID)
-			if err == nil && (cur == nil || cur.State != runtime.StateRunning) {
-				cancel(fmt.Errorf("%w: forwarding to port %d of sandbox %s", ErrSandboxStopped, o.Port, s.name))
+			running, err := d.Running(ctx, res.ID)
+			if err == nil && !running {
+				cancel(fmt.Errorf("%w: forwarding to port %d of sandbox %s", ErrSandboxStopped, o.Port, d.Name()))
 				return
 			}
 		}
@@ -98,7 +103,7 @@ func (s *Sandbox) Forward(ctx context.Context, ln net.Listener, o ForwardOptions
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			return fmt.Errorf("forwarding to port %d of sandbox %s: %w", o.Port, s.name, err)
+			return fmt.Errorf("forwarding to port %d of sandbox %s: %w", o.Port, d.Name(), err)
 		}
 		wg.Add(1)
 		go func() {
@@ -106,18 +111,17 @@ func (s *Sandbox) Forward(ctx context.Context, ln net.Listener, o ForwardOptions
 			defer conn.Close()
 			stop := context.AfterFunc(ctx, func() { conn.Close() })
 			defer stop()
-			err := s.forwardOne(ctx, conn, addr, o)
+			err := one(ctx, d, conn, addr, o)
 			if errors.Is(err, runtime.ErrNotRunning) || errors.Is(err, runtime.ErrNotFound) {
-				cancel(fmt.Errorf("%w: forwarding to port %d of sandbox %s: %v", ErrSandboxStopped, o.Port, s.name, err))
+				cancel(fmt.Errorf("%w: forwarding to port %d of sandbox %s: %v", ErrSandboxStopped, o.Port, d.Name(), err))
 			}
 		}()
 	}
 }
 
-// forwardOne relays one connection.
-func (s *Sandbox) forwardOne(ctx context.Context, conn net.Conn, addr string, o ForwardOptions) error {
+// one relays one connection.
+func one(ctx context.Context, d sandbox.Door, conn net.Conn, addr string, o Options) error {
 	began := time.Now()
-	st := &execStats{in: -1, out: -1, err: -1}
 	// The connection's bytes go to the mode's input through a pipe that
 	// ends when the agent says anything on stderr (its end, or why it
 	// could not connect): an engine client (kubectl's, the plain path)
@@ -133,21 +137,16 @@ func (s *Sandbox) forwardOne(ctx context.Context, conn net.Conn, addr string, o 
 		pw.Close()
 		return len(p), nil
 	})
-	code, errb, err := s.agentRun(ctx, agentReq{args: []string{"forward", addr}, user: o.User, stdin: pr, stdout: conn, stderr: ended}, st)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("hsbx's agent could not reach %s in sandbox %s (exit %d): %s", addr, s.name, code, trimAgent(errb.Bytes()))
+	res, err := d.Run(ctx, sandbox.AgentRun{Args: agentapi.Forward{Addr: addr}.Args(), User: o.User, Stdin: pr, Stdout: conn, Stderr: ended})
+	if err == nil && res.Code != 0 {
+		err = fmt.Errorf("hsbx's agent could not reach %s in sandbox %s (exit %d): %s", addr, d.Name(), res.Code, res.Message())
 	}
 	if ctx.Err() != nil {
 		err = nil // ended with the forward
 	}
-	if !s.m.c.NoRecord {
-		r := s.newRecord(began, code, err)
-		r.Kind, r.Path, r.User = "forward", addr, o.User
-		r.Via, r.BytesIn, r.BytesOut, r.BytesErr = st.via, st.in, st.out, st.err
-		s.appendRecord(r)
-	}
+	d.Record(sandbox.Ran{Kind: "forward", Path: addr, User: o.User, Began: began, Res: res, Err: err})
 	if o.OnConn != nil {
-		o.OnConn(st.in, st.out, err)
+		o.OnConn(res.In, res.Out, err)
 	}
 	return err
 }
