@@ -7,22 +7,17 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hsbx/hsbx"
-	"github.com/hsbx/hsbx/internal/channel"
 	"github.com/hsbx/hsbx/internal/proc"
-	"github.com/hsbx/hsbx/internal/wire"
 	"github.com/hsbx/hsbx/sandbox"
 )
 
@@ -313,192 +308,6 @@ func (l *shLoop) close() {
 	<-l.done
 }
 
-// bigArgv writes bigSize() bytes of zeros to stdout.
-func bigArgv() []string { return []string{"head", "-c", strconv.Itoa(bigSize()), "/dev/zero"} }
-
-// bigSize is how much bigOutput moves: 300 MB (a fiftieth under -small).
-func bigSize() int { return sized(300_000_000) }
-
-// bigOutput moves bigSize() of stdout through the CLI's channel and through
-// the raw exec (raw), both to a discarding reader.
-func bigOutput(ctx context.Context, e *engine, raw []string) row {
-	timed := func(env []string, argv []string) time.Duration {
-		return streamed(ctx, proc.Cmd{Argv: argv, Env: env, Stdout: io.Discard})
-	}
-	n := max(*runs/3, 3)
-	h, b := pair(ctx, e, n,
-		func() time.Duration {
-			return timed(e.env, e.hsbx(append([]string{"exec", "--task", "warm", "--"}, bigArgv()...)...))
-		},
-		func() time.Duration { return timed(os.Environ(), raw) })
-	mbs := func(d time.Duration) float64 { return float64(bigSize()) / 1e6 / d.Seconds() }
-	return ratioRow(fmt.Sprintf("%s of stdout through the CLI's channel vs the raw exec (median of %d; %.0f vs %.0f MB/s; time, so ≤ 1.00 is ≥ 1.0× the throughput)", mb(bigSize()), n, mbs(h), mbs(b)),
-		h, b, 1.0, "")
-}
-
-// streamed runs c (a big stream in or out, never kept) to success and
-// returns how long it took.
-func streamed(ctx context.Context, c proc.Cmd) time.Duration {
-	c.Timeout = 5 * time.Minute
-	res, err := runner.Run(ctx, c)
-	if err != nil || res.ExitCode != 0 {
-		fail("%s: %v (exit %d): %s", proc.Quote(c.Argv), err, res.ExitCode, res.Stderr)
-	}
-	return res.Elapsed
-}
-
-// inputSize is how much bigInput sends: 50 MB (a fiftieth under -small).
-func inputSize() int { return sized(50_000_000) }
-
-// inputArgv reads its stdin to the end.
-var inputArgv = []string{"sh", "-c", "cat > /dev/null"}
-
-// bigInput moves inputSize() of stdin through the CLI's channel (`exec -i`)
-// and through the raw exec (raw, which must take -i), both from a file.
-func bigInput(ctx context.Context, e *engine, raw []string) row {
-	f, err := os.CreateTemp("", "hsbx-bench-input-*")
-	if err != nil {
-		fail("input file: %v", err)
-	}
-	defer os.Remove(f.Name())
-	chunk := make([]byte, 1<<20)
-	for i := range chunk {
-		chunk[i] = byte(i*7 + i>>11) // not all zeros: nothing on the way gets it for free
-	}
-	for n := 0; n < inputSize(); n += len(chunk) {
-		if _, err := f.Write(chunk[:min(len(chunk), inputSize()-n)]); err != nil {
-			fail("input file: %v", err)
-		}
-	}
-	f.Close()
-	timed := func(env []string, argv []string) time.Duration {
-		in, err := os.Open(f.Name())
-		if err != nil {
-			fail("input file: %v", err)
-		}
-		defer in.Close()
-		return streamed(ctx, proc.Cmd{Argv: argv, Env: env, Stdin: in})
-	}
-	n := max(*runs/2, 3)
-	h, b := pair(ctx, e, n,
-		func() time.Duration {
-			return timed(e.env, e.hsbx(append([]string{"exec", "-i", "--task", "warm", "--"}, inputArgv...)...))
-		},
-		func() time.Duration { return timed(os.Environ(), raw) })
-	mbs := func(d time.Duration) float64 { return float64(inputSize()) / 1e6 / d.Seconds() }
-	return ratioRow(fmt.Sprintf("%s of stdin through the CLI's channel (`exec -i`) vs the raw exec -i (median of %d; %.0f vs %.0f MB/s; time, so ≤ 1.00 is ≥ 1.0× the throughput)", mb(inputSize()), n, mbs(h), mbs(b)),
-		h, b, 1.0, "")
-}
-
-// holderOf finds the holder serving container id: its pid and socket
-// (from its spec, HSBX_HOLD in its environment; its argv carries none).
-func holderOf(id string) (int, string) {
-	for _, pid := range pids() {
-		if !slices.Contains(cmdline(pid), "hold") {
-			continue
-		}
-		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		for _, kv := range strings.Split(string(env), "\x00") {
-			var spec struct{ Dir, Name, ID string }
-			if v, ok := strings.CutPrefix(kv, "HSBX_HOLD="); ok && json.Unmarshal([]byte(v), &spec) == nil && spec.ID == id {
-				return pid, filepath.Join(spec.Dir, spec.Name)
-			}
-		}
-	}
-	fail("no holder runs for %s", id)
-	return 0, ""
-}
-
-// agentOf finds the agent process in container id (seen from the host).
-func agentOf(id string) int {
-	for _, pid := range pids() {
-		args := cmdline(pid)
-		// `AGENT agent`, or a first start's `AGENT.new-X install-as NAME agent`.
-		if len(args) < 2 || !strings.HasPrefix(filepath.Base(args[0]), ".hsbx-agent-") || args[len(args)-1] != "agent" {
-			continue
-		}
-		if cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); bytes.Contains(cg, []byte(id)) {
-			return pid
-		}
-	}
-	fail("no agent runs in %s", id)
-	return 0
-}
-
-func pids() []int {
-	ents, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range ents {
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func cmdline(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(b) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
-}
-
-// rssKB is a process's resident set (VmRSS) in KiB.
-func rssKB(pid int) int {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n
-		}
-	}
-	return 0
-}
-
-// channelMemory runs *memCommands commands through warm's holder (as the
-// CLI does: one connection each) and samples the holder's and the agent's
-// resident memory along the way. It also times that socket round trip,
-// the share of a CLI exec that is not hsbx starting up.
-func channelMemory(ctx context.Context, e *engine, id string) (string, time.Duration) {
-	hpid, sock := holderOf(id)
-	apid := agentOf(id)
-	var rtts []time.Duration
-	one := func() {
-		start := time.Now()
-		res, err := channel.RunVia(ctx, sock, channel.Request{Start: wire.Start{Argv: []string{"true"}}})
-		if err != nil || res.Code != 0 {
-			fail("%s: command through the holder: exit %d: %v", e.name, res.Code, err)
-		}
-		rtts = append(rtts, time.Since(start))
-	}
-	type sample struct{ n, holder, agent int }
-	var samples []sample
-	marks := map[int]bool{100: true, *memCommands / 10: true, *memCommands / 2: true, *memCommands: true}
-	for i := 1; i <= *memCommands; i++ {
-		one()
-		if marks[i] {
-			samples = append(samples, sample{i, rssKB(hpid), rssKB(apid)})
-		}
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "Memory of the exec channel over %d commands (`true`, one holder connection each, as the CLI makes them): resident set in MiB (`VmRSS`; the holder's engine client not counted). Targets: holder ≤ 20 MiB, agent ≤ 10 MiB, steady.\n\n", *memCommands)
-	b.WriteString("| after | holder | agent |\n|---|---|---|\n")
-	maxH, maxA := 0, 0
-	for _, s := range samples {
-		fmt.Fprintf(&b, "| %d | %.1f | %.1f |\n", s.n, float64(s.holder)/1024, float64(s.agent)/1024)
-		maxH, maxA = max(maxH, s.holder), max(maxA, s.agent)
-	}
-	verdict := func(kb, limitMiB int) string {
-		if kb <= limitMiB<<10 {
-			return "met"
-		}
-		return "**missed**"
-	}
-	fmt.Fprintf(&b, "\nHolder ≤ 20 MiB: %s; agent ≤ 10 MiB: %s.\n\n", verdict(maxH, 20), verdict(maxA, 10))
-	return b.String(), median(rtts)
-}
-
 // channelGaps says where a warm exec through the channel spends its time.
 func channelGaps(e *engine, start, viaHolder time.Duration, lib libraryTimes) string {
 	rest := e.channelExec - start - viaHolder
@@ -509,53 +318,6 @@ func channelGaps(e *engine, start, viaHolder time.Duration, lib libraryTimes) st
 		"(a command that is not found: no process is started) and starting the process: a long-lived shell in the same sandbox pays %s more for `/bin/true` than for its builtin `:`. "+
 		"The rest, %s, is hsbx reading its configuration, cached engine facts and the sandbox's state file.\n\n",
 		ms(e.channelExec), e.name, ms(start), ms(viaHolder), ms(lib.exec), ms(lib.roundTrip), ms(lib.spawn), ms(rest))
-}
-
-// smallCopies times `hsbx cp` of a 1 KB file into the warm sandbox and
-// back out (through the agent: copy_channel_max) against the engine's
-// own copy of the same file; rawCp makes the baseline's argv from its
-// source and destination (":PATH" names the sandbox side).
-func smallCopies(ctx context.Context, e *engine, rawName string, rawCp func(src, dst string) []string) []row {
-	dir, err := os.MkdirTemp("", "hsbx-bench-cp-")
-	if err != nil {
-		fail("%v", err)
-	}
-	defer os.RemoveAll(dir)
-	src, back := filepath.Join(dir, "small.bin"), filepath.Join(dir, "back.bin")
-	if err := os.WriteFile(src, bytes.Repeat([]byte("0123456789abcdef"), 64), 0o644); err != nil {
-		fail("%v", err)
-	}
-	const inside = ":/workspace/hsbx-bench-small.bin"
-	var rows []row
-	for _, dir := range []struct{ what, src, dst string }{{"into", src, inside}, {"out of", inside, back}} {
-		h, b := pair(ctx, e, *runs,
-			func() time.Duration {
-				return must(ctx, e.env, e.hsbx("cp", "--task", "warm", dir.src, dir.dst)...).Elapsed
-			},
-			func() time.Duration { return must(ctx, os.Environ(), rawCp(dir.src, dir.dst)...).Elapsed })
-		rows = append(rows, ratioRow(fmt.Sprintf("`hsbx cp` of a 1 KB file %s the warm sandbox (through the agent: no engine call) vs `%s`", dir.what, rawName), h, b, 0.25, ""))
-	}
-	// The file commands: the same 1 KB, written from stdin and read to
-	// stdout, against the engine's copy in and out.
-	data, _ := os.ReadFile(src)
-	for _, op := range []struct{ what, src, dst string }{{"write", src, inside}, {"read", inside, back}} {
-		h, b := pair(ctx, e, *runs,
-			func() time.Duration {
-				argv := e.hsbx("file", op.what, "--task", "warm", inside[1:])
-				c := proc.Cmd{Argv: argv, Env: e.env, Timeout: 5 * time.Minute}
-				if op.what == "write" {
-					c.Stdin = bytes.NewReader(data)
-				}
-				res, err := runner.Run(ctx, c)
-				if err != nil || res.ExitCode != 0 {
-					fail("%s: exit %d: %v %s", proc.Quote(argv), res.ExitCode, err, res.Stderr)
-				}
-				return res.Elapsed
-			},
-			func() time.Duration { return must(ctx, os.Environ(), rawCp(op.src, op.dst)...).Elapsed })
-		rows = append(rows, ratioRow(fmt.Sprintf("`hsbx file %s` of a 1 KB file (through the agent) vs `%s`", op.what, rawName), h, b, 0.25, ""))
-	}
-	return rows
 }
 
 // recordCost is what the record of what ran adds to a warm exec: the Go

@@ -12,7 +12,6 @@ package channel
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -174,13 +173,6 @@ func (c *Conn) waiting() bool {
 	return len(c.streams) > 0
 }
 
-// bounds are a Conn's liveness bounds: QuietBefore, PingWait, FrameWait,
-// AgentDeadAfter (tests use less).
-type bounds struct{ quiet, pingWait, frameMax, deadAfter time.Duration }
-
-// defaultBounds are the bounds of every Conn outside tests.
-func defaultBounds() bounds { return bounds{QuietBefore, PingWait, FrameWait, AgentDeadAfter} }
-
 type cstream struct {
 	out    *wire.Queue
 	in     *wire.Flow
@@ -244,130 +236,6 @@ func newConn(r io.Reader, w io.Writer, closer io.Closer, wait time.Duration, b b
 	return c, nil
 }
 
-// watch ends the channel when the agent stops half-way through a frame
-// for longer than frameMax: the reader would wait forever, and every
-// command behind it with it. It also keeps the agent's deadAfter promise:
-// a ping every deadAfter/6, written aside (to an agent that reads nothing
-// a write can block) and never more than one at a time.
-func (c *Conn) watch() {
-	tick := time.NewTicker(min(c.frameMax/4+time.Millisecond, c.deadAfter/12+time.Millisecond, time.Second))
-	defer tick.Stop()
-	var writing, checking atomic.Bool
-	last := time.Now()
-	var idleChecked time.Time // an idle channel's last stall check
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-tick.C:
-			if c.deadAfter > 0 && time.Since(last) >= c.deadAfter/6 && !writing.Swap(true) {
-				last = time.Now()
-				go func() {
-					defer writing.Store(false)
-					if err := c.w.Write(wire.TPing, 0, make([]byte, 8)); err != nil {
-						c.fail(err)
-					}
-				}()
-			}
-			// A command waits on a quiet agent, or an idle channel's
-			// pings have gone unanswered twice (its sandbox may have died
-			// with nothing running: a forward's listener, a holder).
-			if f := c.onStall.Load(); f != nil && !checking.Load() {
-				quiet := c.silent()
-				waiting := quiet > c.quiet && c.waiting()
-				// Idle: at most once every deadAfter/3 (a paused
-				// sandbox's agent stays silent, and stays paused).
-				idle := !waiting && c.deadAfter > 0 && quiet > c.deadAfter/3 && time.Since(idleChecked) > c.deadAfter/3
-				if waiting || idle {
-					if idle {
-						idleChecked = time.Now()
-					}
-					checking.Store(true)
-					go c.checkStall(*f, &checking)
-				}
-			}
-			if t := c.rd.PartialSince(); !t.IsZero() && time.Since(t) > c.frameMax {
-				c.fail(fmt.Errorf("the agent began a frame and did not finish it within %s", c.frameMax))
-				if c.closer != nil {
-					_ = c.closer.Close() // unblocks the reader
-				}
-				return
-			}
-		}
-	}
-}
-
-// checkStall pings a quiet agent while a command waits on it, and calls
-// onStall when it does not answer within pingWait.
-func (c *Conn) checkStall(onStall func(context.Context), checking *atomic.Bool) {
-	defer checking.Store(false)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	if err := c.Ping(ctx, c.pingWait); err != nil && c.Err() == nil && ctx.Err() == nil {
-		// Not cancelled when the Conn closes meanwhile: an engine client
-		// killed half-way through an unpause can leave the engine's record
-		// and the container apart (podman 4.3: "paused" in its database,
-		// thawed in runc, and then neither unpaused nor removable).
-		onStall(context.WithoutCancel(ctx))
-	}
-}
-
-// Ping checks that the agent answers within wait.
-func (c *Conn) Ping(ctx context.Context, wait time.Duration) error {
-	c.pingMu.Lock()
-	c.pingSeq++
-	seq := c.pingSeq
-	ch := make(chan struct{})
-	c.pings[seq] = ch
-	c.pingMu.Unlock()
-	defer func() {
-		c.pingMu.Lock()
-		delete(c.pings, seq)
-		c.pingMu.Unlock()
-	}()
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], seq)
-	// Written aside: to an agent that reads nothing, even a write can
-	// block once the pipes are full, and the bound must hold.
-	go func() {
-		if err := c.w.Write(wire.TPing, 0, b[:]); err != nil {
-			c.fail(err)
-		}
-	}()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return nil
-	case <-c.done:
-		return c.Err()
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return fmt.Errorf("the agent did not answer within %s (is the sandbox paused or frozen?)", wait)
-	}
-}
-
-// pong matches an answer to its Ping.
-func (c *Conn) pong(p []byte) {
-	if len(p) != 8 {
-		return
-	}
-	c.pingMu.Lock()
-	defer c.pingMu.Unlock()
-	if ch, ok := c.pings[binary.BigEndian.Uint64(p)]; ok {
-		close(ch)
-		delete(c.pings, binary.BigEndian.Uint64(p))
-	}
-}
-
 // Build is the agent's build identity from its hello.
 func (c *Conn) Build() string { return c.build }
 
@@ -404,9 +272,6 @@ func (c *Conn) Abort(err error) {
 		go c.closer.Close() // waits for the client up to KillWait, then kills it
 	}
 }
-
-// silent is how long the agent has sent nothing.
-func (c *Conn) silent() time.Duration { return time.Since(time.Unix(0, c.heard.Load())) }
 
 func (c *Conn) fail(err error) {
 	c.mu.Lock()
@@ -486,124 +351,3 @@ func (c *Conn) dispatch(rd *wire.Reader) error {
 		}
 	}
 }
-
-// Run runs one command and waits for it. When ctx ends first, the
-// command's processes are killed in the sandbox and Result.Interrupted is
-// set. Errors: ErrNotDelivered (never sent) or *BrokenError (may have run).
-func (c *Conn) Run(ctx context.Context, req Request) (Result, error) {
-	if time.Since(time.Unix(0, c.heard.Load())) > c.quiet {
-		// Quiet for a while: a paused or frozen sandbox would take the
-		// command and never answer. Ask first.
-		if err := c.Ping(ctx, c.pingWait); err != nil {
-			return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
-		}
-	}
-	s := &cstream{out: wire.NewQueue(wire.Window), in: wire.NewFlow(wire.InputWindow), exit: make(chan wire.Exit, 1), broken: make(chan struct{}),
-		delivered: make(chan struct{})}
-	c.mu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.mu.Unlock()
-		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
-	}
-	c.next++
-	id := c.next
-	stdout, stderr := req.Stdout, req.Stderr
-	s.deliver = func() {
-		go func() { defer close(s.delivered); c.deliver(id, s, stdout, stderr) }()
-	}
-	c.streams[id] = s
-	c.mu.Unlock()
-	req.Start.Stdin = req.Stdin != nil
-	if err := c.w.WriteJSON(wire.TStart, id, req.Start); err != nil {
-		// One write holds the whole frame: a failed one never started
-		// anything (a cut frame is a protocol error to the agent).
-		c.fail(err)
-		return Result{}, fmt.Errorf("%w: %v", ErrNotDelivered, err)
-	}
-	if req.Stdin != nil {
-		go c.sendStdin(id, s, req.Stdin)
-	}
-
-	var res Result
-	select {
-	case e := <-s.exit:
-		res.Code, res.Session, res.Failure = e.Code, e.Session, failure(e)
-		if e.Error != "" {
-			return res, &BrokenError{Err: errors.New(e.Error)}
-		}
-	case <-s.broken:
-		return res, &BrokenError{Err: c.Err()}
-	case <-ctx.Done():
-		res.Interrupted = true
-		_ = c.w.Write(wire.TSignal, id, []byte{byte(syscall.SIGKILL)})
-		select {
-		case e := <-s.exit:
-			res.Code, res.Killed, res.Session, res.Failure = e.Code, e.Killed, e.Session, failure(e)
-		case <-s.broken:
-			return res, &BrokenError{Err: c.Err()}
-		case <-time.After(KillWait):
-			return res, &BrokenError{Err: fmt.Errorf("the agent did not confirm the kill within %s", KillWait)}
-		}
-	}
-	if s.started { // the exit came after every output frame, and after this was set
-		<-s.delivered
-		res.StdoutBytes, res.StderrBytes = s.outN, s.errN
-	}
-	res.StdinBytes = s.inN.Load()
-	return res, nil
-}
-
-// deliver writes the command's output in order and returns credit.
-func (c *Conn) deliver(id uint32, s *cstream, stdout, stderr io.Writer) {
-	var credits wire.Credits
-	for {
-		t, p, ok := s.out.PopRun()
-		if !ok {
-			return
-		}
-		w := stdout
-		if t == wire.TStderr {
-			w = stderr
-			s.errN += int64(len(p))
-		} else {
-			s.outN += int64(len(p))
-		}
-		if w != nil {
-			_, _ = w.Write(p) // a failing writer is the caller's to notice
-		}
-		if n := credits.Consumed(len(p)); n > 0 {
-			_ = c.w.Write(wire.TCredit, id, wire.Credit(n))
-		}
-	}
-}
-
-// sendStdin streams r to the command within the window, then EOF.
-func (c *Conn) sendStdin(id uint32, s *cstream, r io.Reader) {
-	buf := make([]byte, wire.Chunk)
-	for {
-		n, err := r.Read(buf)
-		for off := 0; off < n; {
-			k := s.in.Take(n - off)
-			if k == 0 {
-				return // the command ended
-			}
-			if c.w.Write(wire.TStdin, id, buf[off:off+k]) != nil {
-				return
-			}
-			s.inN.Add(int64(k))
-			off += k
-		}
-		if err != nil {
-			_ = c.w.Write(wire.TStdinEOF, id, nil)
-			return
-		}
-	}
-}
-
-// connReadSize is how much a Conn reads of the engine client's output at
-// once: several whole frames, so the client, writing into a pipe that is
-// emptied in big pieces, blocks less (measured on docker, 300 MB: CPU of
-// dockerd, its client and the holder 10–20 % lower than at 64 KiB; 1 MiB
-// did no better).
-const connReadSize = 256 << 10

@@ -1,6 +1,7 @@
 package kubectl
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/hsbx/hsbx/internal/cparchive"
 	"github.com/hsbx/hsbx/internal/hostcopy"
 	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/enginecli"
 )
 
 // copyInScript puts a tar stream where docker cp would put SRC for DST:
@@ -56,4 +58,48 @@ func (r *Runtime) CopyTo(ctx context.Context, id, src, dst string) error {
 // outside DST, links only inside what was copied).
 func (r *Runtime) CopyFrom(ctx context.Context, id, src, dst string) error {
 	return hostcopy.CopyFrom(dst, src, func(w io.Writer) error { return r.CopyOut(ctx, id, src, w) }, hostcopy.Options{})
+}
+
+// CopyIn implements runtime.Runtime: the archive streams into `tar -x` in
+// the Pod (the image needs tar, as for `kubectl cp`).
+func (r *Runtime) CopyIn(ctx context.Context, id, dir string, archive io.Reader) error {
+	return r.tar(ctx, id, []string{"tar", "-x", "-f", "-", "-C", dir}, archive, nil)
+}
+
+// CopyOut implements runtime.Runtime: `tar -c` in the Pod streams out.
+func (r *Runtime) CopyOut(ctx context.Context, id, src string, w io.Writer) error {
+	dir, base := splitPath(src)
+	return r.tar(ctx, id, []string{"tar", "-c", "-f", "-", "-C", dir, base}, nil, w)
+}
+
+func splitPath(p string) (dir, base string) {
+	p = strings.TrimRight(p, "/")
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return ".", p
+	}
+	if i == 0 {
+		return "/", p[1:]
+	}
+	return p[:i], p[i+1:]
+}
+
+func (r *Runtime) tar(ctx context.Context, id string, cmd []string, in io.Reader, out io.Writer) error {
+	var errb bytes.Buffer
+	if out == nil {
+		out = io.Discard
+	}
+	code, err := r.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: cmd, Stdin: in, Interactive: in != nil, Stdout: out, Stderr: &errb,
+		Timeout: enginecli.CopyTimeout * r.timeout})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		kind := runtime.ErrEngine
+		if strings.Contains(strings.ToLower(errb.String()), "no such file or directory") {
+			kind = runtime.ErrNoSuchPath
+		}
+		return &runtime.EngineError{Kind: kind, Argv: r.argv(append([]string{"exec", id, "--"}, cmd...)...), ExitCode: code, Stderr: strings.TrimSpace(errb.String())}
+	}
+	return nil
 }

@@ -1,0 +1,167 @@
+package enginecli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/startfail"
+	"github.com/hsbx/hsbx/runtime"
+)
+
+// exec: a command in a running container, the execs still live in it, and
+// a user the engine refuses.
+
+// Exec implements runtime.Runtime.
+func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
+	if len(s.Cmd) == 0 {
+		return -1, errors.New("exec: no command given")
+	}
+	args := []string{"exec"}
+	if s.Interactive {
+		args = append(args, "-i")
+	}
+	if s.TTY {
+		args = append(args, "-t")
+	}
+	if s.WorkDir != "" {
+		args = append(args, "-w", s.WorkDir)
+	}
+	if s.User != "" {
+		args = append(args, "-u", s.User)
+	}
+	args = append(args, envArgs(s.Env)...)
+	args = append(args, s.ID)
+	args = append(args, s.Cmd...)
+	argv := append([]string{e.bin}, args...)
+	var stderr *HoldWriter
+	var holds []*startHold // stdout, stderr
+	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Timeout: s.Timeout}
+	// (Not on a terminal: the client needs its own stdout there, and the
+	// runtime's line is one the user reads anyway.)
+	if s.Stdout != nil && (s.TTY || s.StdoutDirect) {
+		cmd.Stdout = s.Stdout
+	} else if s.Stdout != nil {
+		h := newStartHold(s.Stdout)
+		h.user = s.User != ""
+		holds = append(holds, h)
+		cmd.Stdout = h
+	}
+	if s.Stderr != nil {
+		stderr = NewHoldWriter(s.Stderr, func(line string) bool {
+			return e.d.Classify(OpExec, e.d.ExecErrorCode(), line) != nil
+		})
+		cmd.Stderr = stderr
+		if !s.TTY {
+			h := newStartHold(stderr)
+			h.user = s.User != ""
+			holds = append(holds, h)
+			cmd.Stderr = h
+		}
+	}
+	res, err := e.runner.Run(ctx, cmd)
+	// A command the runtime could not start: the agent's status and words.
+	var failed *startfail.Failure
+	var refusal *startHold
+	for _, h := range holds {
+		code := -1
+		if err == nil {
+			code = res.ExitCode
+		}
+		if f := h.finish(code); f != nil && failed == nil {
+			failed = f
+		}
+		if h.refused != "" && refusal == nil {
+			refusal = h
+		}
+	}
+	if refusal != nil {
+		// What reads like the engine refusing the user may be the
+		// command's own words: the engine is asked (one more exec, of a
+		// program no image has, as that user — it never starts).
+		if e.refusesUser(ctx, s) {
+			if stderr != nil {
+				stderr.Finish(false)
+			}
+			return res.ExitCode, &runtime.EngineError{Kind: runtime.ErrNoSuchUser, Argv: argv, ExitCode: res.ExitCode, Stderr: refusal.refused}
+		}
+		_ = refusal.giveBack()
+	}
+	if failed != nil {
+		if stderr != nil {
+			stderr.Finish(false)
+			_, _ = io.WriteString(s.Stderr, failed.Message()+"\n")
+		}
+		return failed.Code, nil
+	}
+	var kind error
+	if err == nil && res.ExitCode != 0 {
+		kind = e.d.Classify(OpExec, res.ExitCode, string(res.Stderr))
+	}
+	var held []byte
+	if stderr != nil {
+		held = stderr.Finish(kind != nil)
+	}
+	if err != nil {
+		return -1, e.runError(argv, err)
+	}
+	if kind != nil {
+		return res.ExitCode, &runtime.EngineError{Kind: kind, Argv: argv, ExitCode: res.ExitCode,
+			Stderr: strings.TrimSpace(string(res.Stderr)), Held: held}
+	}
+	return res.ExitCode, nil
+}
+
+// LiveExecs implements runtime.Runtime. Where the engine keeps stale
+// sessions, each is asked with `container cleanup --exec ID`: the engine
+// refuses ("as it is running") for a running one and tidies a finished one.
+func (e *Engine) LiveExecs(ctx context.Context, c runtime.Container) ([]string, error) {
+	if !e.d.StaleExecSessions() || len(c.ExecIDs) == 0 {
+		return c.ExecIDs, nil
+	}
+	var live []string
+	for _, id := range c.ExecIDs {
+		res, err := e.call(ctx, OpCleanup, []string{"container", "cleanup", "--exec", id, c.ID}, nil, e.timeout)
+		switch {
+		case err == nil:
+			continue // not running: a stale session
+		case res.ExitCode > 0 && strings.Contains(string(res.Stderr), "as it is running"):
+			live = append(live, id)
+		case res.ExitCode > 0 && strings.Contains(string(res.Stderr), "no such exec session"):
+			continue // it ended and went since inspect listed it (measured on 4.3)
+		default:
+			return nil, fmt.Errorf("asking whether exec session %.12s runs: %w", id, err)
+		}
+	}
+	return live, nil
+}
+
+// refusesUser asks the engine whether it refuses s.User in s.ID: an exec
+// of a program no image has, which the engine refuses with NoUserLine's
+// words before looking for it when there is no such user, and otherwise
+// fails to start (an OCI runtime's "no such file").
+func (e *Engine) refusesUser(ctx context.Context, s runtime.ExecSpec) bool {
+	argv := []string{e.bin, "exec", "-u", s.User, s.ID, "/hsbx-no-such-program"}
+	res, err := e.runner.Run(ctx, proc.Cmd{Argv: argv, Env: e.clientEnv(nil), Timeout: e.timeout})
+	if err != nil || res.ExitCode == 0 {
+		return false
+	}
+	return NoUserLine(FirstLine(string(res.Stdout))) || NoUserLine(FirstLine(string(res.Stderr)))
+}
+
+// NoUserLine says whether line is the engines' refusal of exec --user
+// for a user or group the container's files do not list (docker 20.10:
+// exit 126, "unable to find user X: no matching entries in passwd file";
+// podman 4.3: exit 255, the same after "Error: ").
+func NoUserLine(line string) bool {
+	line = strings.TrimPrefix(strings.TrimSpace(line), "Error: ")
+	for _, w := range []string{"user ", "group "} {
+		if rest, ok := strings.CutPrefix(line, "unable to find "+w); ok {
+			return strings.Contains(rest, ": no matching entries in ")
+		}
+	}
+	return false
+}
