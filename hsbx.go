@@ -77,13 +77,11 @@ type Options struct {
 // CommandWiring is how the hsbx command wires the library for its
 // processes: the exec channel in holder processes every one of them
 // shares (none: the command takes the plain path; the channel would cost
-// one process more than its one command saves), its own words for what a
-// user can do, and its signal handlers' readiness, awaited before a
-// command starts (sandbox.Config's fields of those names).
+// one process more than its one command saves) and its own words for
+// what a user can do (sandbox.Config's fields of those names).
 type CommandWiring struct {
-	Holders     channel.Holders
-	Remedies    func(sandbox.Remedy, sandbox.Key) string
-	BeforeStart func()
+	Holders  channel.Holders
+	Remedies func(sandbox.Remedy, sandbox.Key) string
 }
 
 // DefaultStateDir is the CLI's state directory for this environment:
@@ -219,7 +217,7 @@ func Open(ctx context.Context, o Options) (*Client, error) {
 	// named); the command's in its holders.
 	sc.Channel, sc.Agent, sc.NoRecord = o.Config.ExecChannel.Value, o.Config.ExecChannelAgent.Value, o.NoRecord
 	if w := o.Command; w != nil {
-		sc.Holders, sc.Remedies, sc.BeforeStart = w.Holders, w.Remedies, w.BeforeStart
+		sc.Holders, sc.Remedies = w.Holders, w.Remedies
 		sc.Channel = sc.Channel && w.Holders.On()
 	}
 	c.m = sandbox.New(sc)

@@ -134,7 +134,7 @@ func (s *Sandbox) sendOnChannel(ctx context.Context, target string, c Command, e
 	req := channel.Request{Start: st,
 		Stdout:    watch(c.Stdout, "stdout", false, &alive, cancel),
 		Stderr:    watch(c.Stderr, "stderr", false, &alive, cancel),
-		AfterSend: s.m.c.BeforeStart}
+		AfterSend: beforeStartOf(ctx)}
 	if c.tap != nil {
 		req.Stdin = c.tap.next()
 	} else if c.Stdin != nil {

@@ -178,7 +178,7 @@ func (s *Sandbox) exec(ctx context.Context, c Command) (int, error) {
 		s.keepRelay(ctx, target) // the Go package's relay, if this handle has none yet
 	}
 	if target == "" || !viaAgent || s.m.c.Holders.Dir == "" {
-		s.m.beforeStart() // a holder's command is sent first (channel.Request.AfterSend)
+		beforeStart(ctx) // a holder's command is sent first (channel.Request.AfterSend)
 	}
 	var known *runtime.Container // inspected, this sandbox, not running
 	lost := ""                   // the verified container the engine says is gone
@@ -200,7 +200,7 @@ func (s *Sandbox) exec(ctx context.Context, c Command) (int, error) {
 			if code, err := s.execChannel(ctx, target, c, env); !errors.Is(err, errNotReached) {
 				return code, err
 			}
-			s.m.beforeStart() // the holder did not take it: what follows may start things
+			beforeStart(ctx) // the holder did not take it: what follows may start things
 			if agentUser {
 				if s.awaitHolder(ctx, target) {
 					if code, err := s.execChannel(ctx, target, c, env); !errors.Is(err, errNotReached) {

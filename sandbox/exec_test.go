@@ -138,22 +138,24 @@ func TestOutputHelpers(t *testing.T) {
 	})
 }
 
-// Exec calls Config.BeforeStart before anything that starts: on a cold
+// Exec calls its context's WithBeforeStart hook before anything that
+// starts: on a cold
 // exec before its first engine call, on a warm one whose holder is not
 // there before the plain exec and the holder's start (the CLI waits there
 // for its signal handlers).
 func TestExecCallsBeforeStartFirst(t *testing.T) {
 	each(t, func(t *testing.T, e *env) {
-		ctx := context.Background()
 		var mu sync.Mutex
 		var events []string
 		note := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+		ctx := sandbox.WithBeforeStart(context.Background(), func() {
+			note(fmt.Sprintf("before start, %d engine calls made", len(e.log.all())))
+		})
 		m := sandbox.New(sandbox.Config{
 			Runtime: e.rt, StateDir: e.tg.StateDir, CacheDir: t.TempDir(),
 			Environ: e.tg.Env, StopGrace: 5 * time.Second, Warn: func(string) {},
 			Channel: true, Agent: enginetest.AgentBinary(t),
-			Holders:     channel.Holders{Dir: t.TempDir(), OnStart: func(channel.HoldSpec) { note("holder started") }},
-			BeforeStart: func() { note(fmt.Sprintf("before start, %d engine calls made", len(e.log.all()))) },
+			Holders: channel.Holders{Dir: t.TempDir(), OnStart: func(channel.HoldSpec) { note("holder started") }},
 		})
 		for _, run := range []string{"cold", "warm"} {
 			sb := m.Sandbox(e.key("before-start"), e.spec())

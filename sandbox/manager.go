@@ -115,13 +115,6 @@ type Config struct {
 	// CLI's copy_channel_max, 4m by default). The engine makes every other
 	// copy, and any the agent hands back.
 	CopyChannelMax int64
-	// BeforeStart, when set, is called by Sandbox.Exec before it starts
-	// anything its caller would have to stop and clean up itself: an
-	// engine call, a process. A warm exec through a holder reads its state
-	// and hands the command to the holder first (a holder kills the command
-	// of a client that goes away), then calls it. The CLI waits there for
-	// its signal handlers, which are put in meanwhile.
-	BeforeStart func()
 	// NoRecord leaves commands out of the record of what ran: by default
 	// every Exec, session run and file operation appends one line to
 	// StateDir/ran.jsonl (internal/record; `hsbx history` shows it).
@@ -210,10 +203,32 @@ func (m *Manager) coldStart(ctx context.Context) {
 // Runtime is the engine the manager drives.
 func (m *Manager) Runtime() runtime.Runtime { return m.c.Runtime }
 
-// beforeStart calls Config.BeforeStart, when set.
-func (m *Manager) beforeStart() {
-	if m.c.BeforeStart != nil {
-		m.c.BeforeStart()
+// beforeStartKey is the context key of WithBeforeStart's hook.
+type beforeStartKey struct{}
+
+// WithBeforeStart returns ctx carrying fn, which Sandbox.Exec calls (once
+// or more; fn must be cheap once done) before it starts anything its
+// caller would have to stop and clean up itself: an engine call, a
+// process. A warm exec through a holder reads its state and hands the
+// command to the holder first (a holder kills the command of a client
+// that goes away), then calls it. The CLI waits there for its signal
+// handlers, which are put in meanwhile. As net/http/httptrace does, the
+// hook rides on the call's context: the one call that needs it gets it,
+// and no configuration carries it.
+func WithBeforeStart(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, beforeStartKey{}, fn)
+}
+
+// beforeStartOf is ctx's WithBeforeStart hook (nil: none).
+func beforeStartOf(ctx context.Context) func() {
+	fn, _ := ctx.Value(beforeStartKey{}).(func())
+	return fn
+}
+
+// beforeStart calls ctx's WithBeforeStart hook, when it has one.
+func beforeStart(ctx context.Context) {
+	if fn := beforeStartOf(ctx); fn != nil {
+		fn()
 	}
 }
 

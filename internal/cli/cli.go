@@ -243,7 +243,7 @@ func (a *App) sandbox(ctx context.Context) (*sandbox.Sandbox, error) {
 }
 
 // execSandbox is sandbox for Sandbox.Exec, which waits for the signal
-// handlers itself (sandbox.Config.BeforeStart, from the CLI's wiring):
+// handlers itself (sandbox.WithBeforeStart, on the context Main gives):
 // a warm exec through a holder reads its state and reaches the holder
 // while they are put in.
 func (a *App) execSandbox(ctx context.Context) (*sandbox.Sandbox, error) {
@@ -370,6 +370,8 @@ func Main(ctx context.Context, env Env) int {
 	if command != "exec" && command != "run" {
 		env.awaitReady()
 	} // the two hot ones read their sandbox's state first: App.sandbox waits
+	// Sandbox.Exec waits for them where a command would start.
+	ctx = sandbox.WithBeforeStart(ctx, env.awaitReady)
 	if err := run(ctx, app); err != nil {
 		env.awaitReady() // exec and run may fail before they wait
 		return report(ctx, env.Stderr, err, g.JSON)

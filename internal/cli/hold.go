@@ -58,13 +58,13 @@ func (a *App) socketDir() (*privdir.Dir, error) {
 
 // wiring is the CLI's own wiring of the library: its exec channel's
 // holders in a private socket directory (socketDir), started as this
-// binary's `hold`; its words for remedies; its signal handlers' readiness.
+// binary's `hold`, and its words for remedies.
 // Without a holder a CLI process would pay more to open a channel than
 // its one command saves, so on a host where holders cannot run (see
 // holdersRunHere), or with no socket directory, the wiring has no holders
 // and the CLI takes the plain path.
 func (a *App) wiring() *hsbx.CommandWiring {
-	w := &hsbx.CommandWiring{Remedies: cliRemedy, BeforeStart: a.Env.awaitReady}
+	w := &hsbx.CommandWiring{Remedies: cliRemedy}
 	if !a.Cfg.ExecChannel.Value || !holdersRunHere() {
 		return w
 	}
