@@ -110,7 +110,7 @@ func (ps Processes) Start(ctx context.Context, c sandbox.Command) (*Process, err
 	id := hex.EncodeToString(idb[:])
 	var out bytes.Buffer
 	args := agentapi.BgStart{ID: id, Bound: OutputMax, Command: c.Argv}.Args()
-	code, msg, err := door{ps.d}.run(ctx, "start", id, c.Argv, sandbox.AgentRun{Args: args, User: c.User, Stdout: &out, Env: env, Dir: c.WorkDir, Steer: steer})
+	code, msg, err := run(ctx, ps.d, "start", id, c.Argv, sandbox.AgentRun{Args: args, User: c.User, Stdout: &out, Env: env, Dir: c.WorkDir, Steer: steer})
 	var notStarted agentapi.NotStarted
 	switch {
 	case err != nil:
@@ -137,7 +137,7 @@ func (ps Processes) List(ctx context.Context, user string) ([]Info, error) {
 		return nil, err
 	}
 	var out bytes.Buffer
-	code, msg, err := door{ps.d}.run(ctx, "list", "", nil, sandbox.AgentRun{Args: agentapi.BgList{}.Args(), User: user, Stdout: &out})
+	code, msg, err := run(ctx, ps.d, "list", "", nil, sandbox.AgentRun{Args: agentapi.BgList{}.Args(), User: user, Stdout: &out})
 	if err == nil && code != 0 {
 		err = fmt.Errorf("listing background processes in sandbox %s: hsbx's agent failed (exit %d): %s", ps.d.Name(), code, strings.TrimPrefix(msg, "hsbx agent: "))
 	}
@@ -147,7 +147,7 @@ func (ps Processes) List(ctx context.Context, user string) ([]Info, error) {
 	var list []Info
 	err = agentapi.EachLine(&out, func(line []byte) error {
 		var a agentapi.Process
-		if err := json.Unmarshal(line, &a); err != nil {
+		if err := agentapi.ReadJSON(line, &a); err != nil {
 			return fmt.Errorf("%w: the agent's list of background processes: %v", runtime.ErrBadOutput, err)
 		}
 		list = append(list, info(a))
@@ -172,7 +172,7 @@ func (p *Process) state(ctx context.Context, op string, call agentapi.Call) (Inf
 		return Info{}, err
 	}
 	var a agentapi.Process
-	if err := json.Unmarshal(out.Bytes(), &a); err != nil {
+	if err := agentapi.ReadJSON(out.Bytes(), &a); err != nil {
 		return Info{}, fmt.Errorf("%w: the agent's word on background process %s: %v", runtime.ErrBadOutput, p.ID, err)
 	}
 	return info(a), nil
@@ -229,7 +229,7 @@ func (p *Process) run(ctx context.Context, op string, r sandbox.AgentRun) (msg s
 		return "", err
 	}
 	r.User = p.User
-	code, msg, err := door{p.d}.run(ctx, op, p.ID, nil, r)
+	code, msg, err := run(ctx, p.d, op, p.ID, nil, r)
 	switch {
 	case err != nil:
 		return msg, err
@@ -241,12 +241,9 @@ func (p *Process) run(ctx context.Context, op string, r sandbox.AgentRun) (msg s
 	return msg, nil
 }
 
-// door is the sandbox's door with the run every mode here takes.
-type door struct{ sandbox.Door }
-
 // run runs a background mode of the agent and records it (not a list or
 // an info: they change nothing). msg is the agent's stderr.
-func (d door) run(ctx context.Context, op, id string, argv []string, r sandbox.AgentRun) (int, string, error) {
+func run(ctx context.Context, d sandbox.Door, op, id string, argv []string, r sandbox.AgentRun) (int, string, error) {
 	began := time.Now()
 	res, err := d.Run(ctx, r)
 	msg := strings.TrimSpace(string(res.Stderr))

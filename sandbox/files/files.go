@@ -15,7 +15,6 @@ package files
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -145,7 +144,7 @@ func (f Files) List(ctx context.Context, path string, o Options) ([]Info, error)
 	var out []Info
 	err := f.lines(ctx, "list", path, o, agentapi.FileList{Path: path}, func(line []byte) error {
 		var e agentapi.FileEntry
-		if err := json.Unmarshal(line, &e); err != nil {
+		if err := agentapi.ReadJSON(line, &e); err != nil {
 			return fmt.Errorf("%w: the agent's listing: %v", runtime.ErrBadOutput, err)
 		}
 		out = append(out, Info{Name: e.Name, Type: e.Type, Size: e.Size, Mode: FileModeOf(e.Mode),
@@ -178,7 +177,7 @@ func (f Files) Watch(ctx context.Context, path string, o Options, fn func(Event)
 	path = f.d.Path(path)
 	err := f.lines(ctx, "watch", path, o, agentapi.FileWatch{Path: path, Recursive: o.Recursive}, func(line []byte) error {
 		var e agentapi.FileEvent
-		if err := json.Unmarshal(line, &e); err != nil {
+		if err := agentapi.ReadJSON(line, &e); err != nil {
 			return fmt.Errorf("%w: the agent's watch: %v", runtime.ErrBadOutput, err)
 		}
 		fn(Event{Op: e.Event, Path: e.Path, IsDir: e.Type == "dir"})
