@@ -42,11 +42,11 @@ func Example() {
 	dir, _ := os.MkdirTemp("", "hsbx-example-")
 	defer os.RemoveAll(dir)
 	_ = os.WriteFile(filepath.Join(dir, "input.csv"), []byte("a,b\n1,2\n"), 0o644)
-	if err := sb.CopyIn(ctx, filepath.Join(dir, "input.csv"), "/workspace/"); err != nil {
+	if err := sb.Copies().In(ctx, filepath.Join(dir, "input.csv"), "/workspace/"); err != nil {
 		fmt.Println(err)
 		return
 	}
-	if err := sb.CopyOut(ctx, "/workspace/input.csv", filepath.Join(dir, "result.csv")); err != nil {
+	if err := sb.Copies().Out(ctx, "/workspace/input.csv", filepath.Join(dir, "result.csv")); err != nil {
 		fmt.Println(err)
 		return
 	}

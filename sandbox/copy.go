@@ -18,13 +18,18 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 )
 
-// Copies move files between the host and the sandbox through the engine's
-// own `cp`, which streams them (nothing is held in memory) and works on a
-// running or a stopped sandbox. Sandbox paths are absolute; a relative one
-// is taken from / (the engine's convention). The engine's semantics apply:
-// copying to an existing directory puts the source inside it, "SRC/."
-// copies a directory's contents, and owners inside the sandbox become the
-// sandbox's root.
+// Copies move files between the host and a sandbox (Sandbox.Copies):
+// through hsbx's agent on the exec channel when it is up, else through the
+// engine's own `cp`; either streams (nothing is held in memory) and the
+// engine's works on a running or a stopped sandbox. A relative sandbox
+// path is taken from the sandbox's working directory. The engine's
+// semantics apply: copying to an existing directory puts the source
+// inside it, "SRC/." copies a directory's contents, and owners inside the
+// sandbox become the sandbox's root.
+type Copies struct{ s *Sandbox }
+
+// Copies are the sandbox's copies between the host and it.
+func (s *Sandbox) Copies() Copies { return Copies{s} }
 
 // ErrNoSandbox is a copy out of a task that has no sandbox.
 var ErrNoSandbox = errors.New("no sandbox for this task")
@@ -37,10 +42,11 @@ var ErrNoSandbox = errors.New("no sandbox for this task")
 // refuse.
 var ErrMemoryPath = errors.New("memory-backed (tmpfs) path: the engine's cp cannot reach it")
 
-// CopyIn copies host file or directory src into the sandbox at dst. When
-// the task has no sandbox yet it is created first, so a program can upload
-// its inputs before the first command.
-func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
+// In copies host file or directory src into the sandbox at dst. When the
+// task has no sandbox yet it is created first, so a program can upload its
+// inputs before the first command.
+func (c Copies) In(ctx context.Context, src, dst string) error {
+	s := c.s
 	if _, err := os.Lstat(src); err != nil {
 		return fmt.Errorf("copying %s into sandbox %s: %w", src, s.name, err)
 	}
@@ -67,13 +73,14 @@ func (s *Sandbox) CopyIn(ctx context.Context, src, dst string) error {
 	})
 }
 
-// CopyOut copies file or directory src of the sandbox to host path dst,
+// Out copies file or directory src of the sandbox to host path dst,
 // with docker cp's placement and hsbx's own rules for what the sandbox
 // may put on the host (internal/hostcopy): nothing outside dst, symbolic
 // links only when they point inside what was copied (others are reported,
 // as a *LinksRefusedError, after the rest is copied), holes kept, at most
 // Config.CopyMaxBytes of data.
-func (s *Sandbox) CopyOut(ctx context.Context, src, dst string) error {
+func (c Copies) Out(ctx context.Context, src, dst string) error {
+	s := c.s
 	src = s.sandboxPath(src)
 	o := hostcopy.Options{MaxBytes: s.m.c.CopyMaxBytes}
 	if s.fastCopies() {
@@ -96,16 +103,17 @@ func (s *Sandbox) CopyOut(ctx context.Context, src, dst string) error {
 	})
 }
 
-// LinksRefusedError says a CopyOut finished except entries it would not
+// LinksRefusedError says a Copies.Out finished except entries it would not
 // make on the host: links pointing outside what was copied, devices.
 type LinksRefusedError = hostcopy.LinksRefusedError
 
-// ErrCopyTooLarge says a CopyOut would write more than CopyMaxBytes.
+// ErrCopyTooLarge says a Copies.Out would write more than CopyMaxBytes.
 var ErrCopyTooLarge = hostcopy.ErrTooLarge
 
-// CopyInArchive extracts the tar archive read from r into directory dir of
+// InArchive extracts the tar archive read from r into directory dir of
 // the sandbox (created first when there is none), as it streams.
-func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) error {
+func (c Copies) InArchive(ctx context.Context, dir string, r io.Reader) error {
+	s := c.s
 	dir = s.sandboxPath(dir)
 	if s.fastCopies() {
 		// A stream of unknown size: up to the bound is read first; a
@@ -130,9 +138,10 @@ func (s *Sandbox) CopyInArchive(ctx context.Context, dir string, r io.Reader) er
 	})
 }
 
-// CopyOutArchive writes a tar archive of src in the sandbox to w as it
+// OutArchive writes a tar archive of src in the sandbox to w as it
 // streams (the engine's `cp ID:SRC -`: one entry named after src's base).
-func (s *Sandbox) CopyOutArchive(ctx context.Context, src string, w io.Writer) error {
+func (c Copies) OutArchive(ctx context.Context, src string, w io.Writer) error {
+	s := c.s
 	src = s.sandboxPath(src)
 	if s.fastCopies() {
 		if made, err := s.fastCopy(ctx, s.copyOutArgs(src), nil, w); made {

@@ -138,10 +138,10 @@ func TestCopyInAndOut(t *testing.T) {
 		}
 
 		// Copying in creates the sandbox.
-		if err := sb.CopyIn(ctx, filepath.Join(in, "big.bin"), ws+"/"); err != nil {
+		if err := sb.Copies().In(ctx, filepath.Join(in, "big.bin"), ws+"/"); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.CopyIn(ctx, filepath.Join(in, "tree"), ws+"/"); err != nil {
+		if err := sb.Copies().In(ctx, filepath.Join(in, "tree"), ws+"/"); err != nil {
 			t.Fatal(err)
 		}
 		if !e.tg.Fake { // the fake's exec runs on the host: only cp sees its files
@@ -153,7 +153,7 @@ func TestCopyInAndOut(t *testing.T) {
 				t.Errorf("in the sandbox:\n%s\nwant\n%s", got, want)
 			}
 		}
-		if err := sb.CopyOut(ctx, ws+"/big.bin", filepath.Join(out, "big.bin")); err != nil {
+		if err := sb.Copies().Out(ctx, ws+"/big.bin", filepath.Join(out, "big.bin")); err != nil {
 			t.Fatal(err)
 		}
 		if fileSum(t, filepath.Join(out, "big.bin")) != sum {
@@ -164,16 +164,16 @@ func TestCopyInAndOut(t *testing.T) {
 		if _, err := sb.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.CopyIn(ctx, filepath.Join(in, "tree", "a.txt"), ws+"/stopped.txt"); err != nil {
+		if err := sb.Copies().In(ctx, filepath.Join(in, "tree", "a.txt"), ws+"/stopped.txt"); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.CopyIn(ctx, filepath.Join(in, "big.bin"), ws+"/big-stopped.bin"); err != nil {
+		if err := sb.Copies().In(ctx, filepath.Join(in, "big.bin"), ws+"/big-stopped.bin"); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.CopyIn(ctx, filepath.Join(in, "tree")+"/.", ws+"/tree-stopped"); err != nil {
+		if err := sb.Copies().In(ctx, filepath.Join(in, "tree")+"/.", ws+"/tree-stopped"); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.CopyOut(ctx, ws+"/tree", filepath.Join(out, "tree")); err != nil {
+		if err := sb.Copies().Out(ctx, ws+"/tree", filepath.Join(out, "tree")); err != nil {
 			t.Fatal(err)
 		}
 		if got := readTree(t, filepath.Join(out, "tree")); !maps.Equal(got, files) {
@@ -183,7 +183,7 @@ func TestCopyInAndOut(t *testing.T) {
 			t.Errorf("the empty directory did not come back: %v", err)
 		}
 		var arch bytes.Buffer
-		if err := sb.CopyOutArchive(ctx, ws+"/stopped.txt", &arch); err != nil {
+		if err := sb.Copies().OutArchive(ctx, ws+"/stopped.txt", &arch); err != nil {
 			t.Fatal(err)
 		}
 		if names, contents := untar(t, &arch); !slices.Equal(names, []string{"stopped.txt"}) || contents["stopped.txt"] != "alpha\n" {
@@ -197,13 +197,13 @@ func TestCopyInAndOut(t *testing.T) {
 		if _, err := sb.Ensure(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.CopyOut(ctx, ws+"/big-stopped.bin", filepath.Join(out, "big-stopped.bin")); err != nil {
+		if err := sb.Copies().Out(ctx, ws+"/big-stopped.bin", filepath.Join(out, "big-stopped.bin")); err != nil {
 			t.Fatal(err)
 		}
 		if fileSum(t, filepath.Join(out, "big-stopped.bin")) != sum {
 			t.Error("the 200 MB file copied into the stopped sandbox came back different")
 		}
-		if err := sb.CopyOut(ctx, ws+"/tree-stopped", filepath.Join(out, "tree-stopped")); err != nil {
+		if err := sb.Copies().Out(ctx, ws+"/tree-stopped", filepath.Join(out, "tree-stopped")); err != nil {
 			t.Fatal(err)
 		}
 		if got := readTree(t, filepath.Join(out, "tree-stopped")); !maps.Equal(got, files) {
@@ -225,11 +225,11 @@ func TestCopyInAndOut(t *testing.T) {
 		tw.WriteHeader(&tar.Header{Name: "streamed/x=1,2.txt", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg})
 		tw.Write([]byte("xyz"))
 		tw.Close()
-		if err := sb.CopyInArchive(ctx, ws, &tb); err != nil {
+		if err := sb.Copies().InArchive(ctx, ws, &tb); err != nil {
 			t.Fatal(err)
 		}
 		arch.Reset()
-		if err := sb.CopyOutArchive(ctx, ws+"/streamed", &arch); err != nil {
+		if err := sb.Copies().OutArchive(ctx, ws+"/streamed", &arch); err != nil {
 			t.Fatal(err)
 		}
 		if _, contents := untar(t, &arch); contents["streamed/x=1,2.txt"] != "xyz" {
@@ -237,14 +237,14 @@ func TestCopyInAndOut(t *testing.T) {
 		}
 
 		// Errors name the cause.
-		if err := sb.CopyOut(ctx, ws+"/nonexistent", filepath.Join(out, "x")); !errors.Is(err, runtime.ErrNoSuchPath) {
+		if err := sb.Copies().Out(ctx, ws+"/nonexistent", filepath.Join(out, "x")); !errors.Is(err, runtime.ErrNoSuchPath) {
 			t.Errorf("copying out a missing path: %v, want ErrNoSuchPath", err)
 		}
-		if err := sb.CopyIn(ctx, filepath.Join(in, "nonexistent"), ws+"/"); !errors.Is(err, os.ErrNotExist) {
+		if err := sb.Copies().In(ctx, filepath.Join(in, "nonexistent"), ws+"/"); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("copying in a missing host path: %v, want ErrNotExist", err)
 		}
 		e.log.reset()
-		err := sb.CopyIn(ctx, filepath.Join(in, "tree", "a.txt"), "/tmp/a.txt")
+		err := sb.Copies().In(ctx, filepath.Join(in, "tree", "a.txt"), "/tmp/a.txt")
 		if e.rt.Dialect() == runtime.Docker && !errors.Is(err, sandbox.ErrMemoryPath) {
 			t.Errorf("copying into /tmp on docker: %v, want ErrMemoryPath", err)
 		}
@@ -256,7 +256,7 @@ func TestCopyInAndOut(t *testing.T) {
 		}
 
 		none := e.manager().Sandbox(e.key("copy-none"), e.spec())
-		if err := none.CopyOut(ctx, "/workspace", out); !errors.Is(err, sandbox.ErrNoSandbox) {
+		if err := none.Copies().Out(ctx, "/workspace", out); !errors.Is(err, sandbox.ErrNoSandbox) {
 			t.Errorf("copying out of a task without a sandbox: %v, want ErrNoSandbox", err)
 		}
 		if ls, _ := e.manager().List(ctx, e.key("copy-none").Scope(), false, nil); slices.ContainsFunc(ls, func(l sandbox.Listing) bool { return l.Task == e.key("copy-none").Task }) {
@@ -317,7 +317,7 @@ dd if=/dev/zero of=sparse bs=1 count=0 seek=67108864 2>/dev/null`
 		}
 		for _, src := range []string{w, w + "/."} {
 			dst := filepath.Join(e.hostDir("cp-links-out"), fmt.Sprint(len(src)))
-			err := sb.CopyOut(ctx, src, dst)
+			err := sb.Copies().Out(ctx, src, dst)
 			var le *sandbox.LinksRefusedError
 			if e.kube() && !errors.As(err, &le) && err != nil && strings.Contains(err.Error(), "unexpected EOF") {
 				// kubectl exec can end a long stream early (kubernetes
@@ -325,7 +325,7 @@ dd if=/dev/zero of=sparse bs=1 count=0 seek=67108864 2>/dev/null`
 				// hsbx says the copy stopped. Reading is safe to repeat.
 				t.Logf("%s: kubectl's stream ended early (%v): once more", src, err)
 				dst += "-again"
-				err = sb.CopyOut(ctx, src, dst)
+				err = sb.Copies().Out(ctx, src, dst)
 			}
 			if !errors.As(err, &le) || len(le.Refused) != 3 {
 				t.Fatalf("%s: want 3 links refused, got %v", src, err)
@@ -394,13 +394,13 @@ func TestCopyToMemoryPathsThroughTheAgent(t *testing.T) {
 		}
 		e.log.reset()
 		for _, dst := range []string{"/tmp", "/workspace"} {
-			if err := sb.CopyIn(ctx, filepath.Join(in, "tree", "a.txt"), dst+"/a.txt"); err != nil {
+			if err := sb.Copies().In(ctx, filepath.Join(in, "tree", "a.txt"), dst+"/a.txt"); err != nil {
 				t.Fatalf("file into %s: %v", dst, err)
 			}
-			if err := sb.CopyIn(ctx, filepath.Join(in, "tree"), dst); err != nil {
+			if err := sb.Copies().In(ctx, filepath.Join(in, "tree"), dst); err != nil {
 				t.Fatalf("tree into %s: %v", dst, err)
 			}
-			if err := sb.CopyIn(ctx, filepath.Join(in, "tree")+"/.", dst+"/merged"); err != nil {
+			if err := sb.Copies().In(ctx, filepath.Join(in, "tree")+"/.", dst+"/merged"); err != nil {
 				t.Fatalf("tree contents into %s/merged: %v", dst, err)
 			}
 			var got bytes.Buffer
@@ -409,7 +409,7 @@ func TestCopyToMemoryPathsThroughTheAgent(t *testing.T) {
 				t.Fatalf("%s as commands see it: %d %q %v", dst, code, got.String(), err)
 			}
 			back := filepath.Join(out, strings.TrimPrefix(dst, "/"))
-			if err := sb.CopyOut(ctx, dst+"/tree", back); err != nil {
+			if err := sb.Copies().Out(ctx, dst+"/tree", back); err != nil {
 				t.Fatalf("tree out of %s: %v", dst, err)
 			}
 			if got := readTree(t, back); !maps.Equal(got, files) {
@@ -421,7 +421,7 @@ func TestCopyToMemoryPathsThroughTheAgent(t *testing.T) {
 			t.Fatalf("ln: %d %v", code, err)
 		}
 		var lre *sandbox.LinksRefusedError
-		if err := sb.CopyOut(ctx, "/tmp/tree", filepath.Join(out, "evil")); !errors.As(err, &lre) {
+		if err := sb.Copies().Out(ctx, "/tmp/tree", filepath.Join(out, "evil")); !errors.As(err, &lre) {
 			t.Fatalf("a link to /etc/passwd out of /tmp: %v, want LinksRefusedError", err)
 		}
 		if _, err := os.Lstat(filepath.Join(out, "evil", "evil")); err == nil {
@@ -512,13 +512,13 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 
 		// In: the agent, no engine call; the same as the engine's cp.
 		e.log.reset()
-		if err := fast.CopyIn(ctx, src, ws+"/viaagent"); err != nil {
+		if err := fast.Copies().In(ctx, src, ws+"/viaagent"); err != nil {
 			t.Fatal(err)
 		}
 		if calls := e.log.all(); len(calls) != 0 {
 			t.Errorf("a small copy in made engine calls:\n%s", strings.Join(calls, "\n"))
 		}
-		if err := engine.CopyIn(ctx, src, ws+"/viaengine"); err != nil {
+		if err := engine.Copies().In(ctx, src, ws+"/viaengine"); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.ContainsFunc(e.log.all(), engineCopy) {
@@ -551,17 +551,17 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 
 		// Out: the agent, no engine call; a file, a tree, a tree's contents.
 		e.log.reset()
-		if err := fast.CopyOut(ctx, ws+"/viaagent", filepath.Join(out, "tree")); err != nil {
+		if err := fast.Copies().Out(ctx, ws+"/viaagent", filepath.Join(out, "tree")); err != nil {
 			t.Fatal(err)
 		}
-		if err := fast.CopyOut(ctx, ws+"/viaagent/sub/b", filepath.Join(out, "b")); err != nil {
+		if err := fast.Copies().Out(ctx, ws+"/viaagent/sub/b", filepath.Join(out, "b")); err != nil {
 			t.Fatal(err)
 		}
-		if err := fast.CopyOut(ctx, ws+"/viaagent/.", filepath.Join(out, "contents")); err != nil {
+		if err := fast.Copies().Out(ctx, ws+"/viaagent/.", filepath.Join(out, "contents")); err != nil {
 			t.Fatal(err)
 		}
 		var ar bytes.Buffer
-		if err := fast.CopyOutArchive(ctx, ws+"/viaagent/sub", &ar); err != nil {
+		if err := fast.Copies().OutArchive(ctx, ws+"/viaagent/sub", &ar); err != nil {
 			t.Fatal(err)
 		}
 		if calls := e.log.all(); len(calls) != 0 {
@@ -608,13 +608,13 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 			return &b
 		}
 		e.log.reset()
-		if err := fast.CopyInArchive(ctx, ws+"/viaagent/sub", stream("s1", "s2")); err != nil {
+		if err := fast.Copies().InArchive(ctx, ws+"/viaagent/sub", stream("s1", "s2")); err != nil {
 			t.Fatal(err)
 		}
 		if calls := e.log.all(); len(calls) != 0 {
 			t.Errorf("a small stream in made engine calls:\n%s", strings.Join(calls, "\n"))
 		}
-		if err := fast.CopyInArchive(ctx, ws+"/viaagent/sub", stream("big1", "s3")); err != nil {
+		if err := fast.Copies().InArchive(ctx, ws+"/viaagent/sub", stream("big1", "s3")); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.ContainsFunc(e.log.all(), engineCopy) {
@@ -630,10 +630,10 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 		big := filepath.Join(in, "big.bin")
 		sum := bigFile(t, big, 2<<20)
 		e.log.reset()
-		if err := fast.CopyIn(ctx, big, ws+"/big.bin"); err != nil {
+		if err := fast.Copies().In(ctx, big, ws+"/big.bin"); err != nil {
 			t.Fatal(err)
 		}
-		if err := fast.CopyOut(ctx, ws+"/big.bin", filepath.Join(out, "big.bin")); err != nil {
+		if err := fast.Copies().Out(ctx, ws+"/big.bin", filepath.Join(out, "big.bin")); err != nil {
 			t.Fatal(err)
 		}
 		if n := len(slices.DeleteFunc(e.log.all(), func(l string) bool { return !engineCopy(l) })); n != 2 {
@@ -644,13 +644,13 @@ func TestSmallCopiesGoThroughTheAgent(t *testing.T) {
 		}
 
 		// A path that is not there: the engine's error, the same either way.
-		errFast := fast.CopyOut(ctx, ws+"/nothing", filepath.Join(out, "nothing"))
-		errEngine := engine.CopyOut(ctx, ws+"/nothing", filepath.Join(out, "nothing"))
+		errFast := fast.Copies().Out(ctx, ws+"/nothing", filepath.Join(out, "nothing"))
+		errEngine := engine.Copies().Out(ctx, ws+"/nothing", filepath.Join(out, "nothing"))
 		if errFast == nil || errors.Is(errFast, runtime.ErrNoSuchPath) != errors.Is(errEngine, runtime.ErrNoSuchPath) {
 			t.Errorf("a missing path out: %v, the engine's way: %v", errFast, errEngine)
 		}
-		errFast = fast.CopyIn(ctx, src, ws+"/no/such/dir")
-		errEngine = engine.CopyIn(ctx, src, ws+"/no/such/dir")
+		errFast = fast.Copies().In(ctx, src, ws+"/no/such/dir")
+		errEngine = engine.Copies().In(ctx, src, ws+"/no/such/dir")
 		if errFast == nil || errors.Is(errFast, runtime.ErrNoSuchPath) != errors.Is(errEngine, runtime.ErrNoSuchPath) {
 			t.Errorf("into a missing directory: %v, the engine's way: %v", errFast, errEngine)
 		}
@@ -684,14 +684,14 @@ func TestRelativePathsFromTheWorkingDirectory(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(in, "f.txt"), []byte("relative\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.CopyIn(ctx, filepath.Join(in, "f.txt"), "sub/f.txt"); err != nil {
+		if err := sb.Copies().In(ctx, filepath.Join(in, "f.txt"), "sub/f.txt"); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := sb.Output(ctx, "cat", "/var/sub/f.txt"); err != nil || string(out) != "relative\n" {
 			t.Errorf("copied in to sub/f.txt: /var/sub/f.txt holds %q %v", out, err)
 		}
 		back := filepath.Join(e.hostDir("relative-out"), "back.txt")
-		if err := sb.CopyOut(ctx, "sub/f.txt", back); err != nil {
+		if err := sb.Copies().Out(ctx, "sub/f.txt", back); err != nil {
 			t.Fatal(err)
 		}
 		if b, err := os.ReadFile(back); err != nil || string(b) != "relative\n" {
@@ -724,7 +724,7 @@ func TestCopyOutFromAHostileAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 		dst := filepath.Join(base, "dest")
-		err := sb.CopyOut(ctx, "/srv/src", dst)
+		err := sb.Copies().Out(ctx, "/srv/src", dst)
 		var lr *sandbox.LinksRefusedError
 		if !errors.As(err, &lr) || !strings.Contains(err.Error(), "h =>") {
 			t.Fatalf("cp out from a hostile agent: %v, want the hard link h refused and named", err)

@@ -195,12 +195,9 @@ func driftBetween(have, want string) []string {
 	return out
 }
 
-// Drift names the settings c was made from that differ from the handle's
-// (nil: none, or nothing to judge by). A sandbox without LabelConfig (made
-// by the Hermes backend or an older hsbx) is judged by its image alone.
-func (s *Sandbox) Drift(c runtime.Container) []string { return s.m.drift(c, s.spec) }
-
-// drift is Sandbox.Drift for a sandbox of spec.
+// drift names the settings c was made from that differ from spec (nil:
+// none, or nothing to judge by). A sandbox without LabelConfig (made by
+// the Hermes backend or an older hsbx) is judged by its image alone.
 func (m *Manager) drift(c runtime.Container, spec Spec) []string {
 	if c.Labels[LabelEphemeral] == "1" {
 		return nil // made by its process, from that process's settings
@@ -254,7 +251,7 @@ func (s *Sandbox) policy() DriftPolicy {
 // key, before it is brought up. kept is false when c was replaced (removed:
 // the caller makes the sandbox anew); drift names what differs in a kept c.
 func (s *Sandbox) judgeDrift(ctx context.Context, c runtime.Container) (drift []string, msg string, said, kept bool, err error) {
-	drift = s.Drift(c)
+	drift = s.m.drift(c, s.spec)
 	force := s.forceRecreate
 	if len(drift) == 0 && !force {
 		return nil, "", false, true, nil
@@ -348,7 +345,7 @@ func (s *Sandbox) driftBusyFile(id string) string {
 // which asks the engine and applies the policy — except shortly after a
 // replacement was put off because a command ran in it.
 func (s *Sandbox) warmDrift(mk marker) bool {
-	drift := s.Drift(mk.container())
+	drift := s.m.drift(mk.container(), s.spec)
 	if len(drift) == 0 {
 		return true
 	}

@@ -82,9 +82,9 @@ func (s Spec) secretsSetting() string {
 	return s.Egress.secretsSetting()
 }
 
-// EgressLog is the network log of the key's sandbox on this host (in the
-// state dir): what `hsbx netlog` reads.
-func (s *Sandbox) EgressLog() string { return EgressLogFile(s.stateDir(), s.key) }
+// egressLog is the network log of the key's sandbox on this host (in the
+// state dir): what `hsbx netlog` reads (EgressLogFile).
+func (s *Sandbox) egressLog() string { return EgressLogFile(s.stateDir(), s.key) }
 
 // EgressLogFile is key's network log under stateDir ("" without one):
 // one JSON object a line, each a decision of its relay.
@@ -178,7 +178,7 @@ func (s *Sandbox) startRelay(ctx context.Context, id string) bool {
 	}
 	go func() {
 		host := channel.EgressHost{StateDir: s.keyStateDir(), Values: s.secretValues(), RootCAs: s.spec.Egress.RootCAs, Declared: s.spec.Egress.declared()}
-		if err := channel.ServeEgress(context.Background(), conn, policy, s.EgressLog(), host, s.m.log); err != nil {
+		if err := channel.ServeEgress(context.Background(), conn, policy, s.egressLog(), host, s.m.log); err != nil {
 			s.m.log.Info("egress relay ended", "id", id, "error", err)
 		}
 	}()
@@ -189,7 +189,7 @@ func (s *Sandbox) startRelay(ctx context.Context, id string) bool {
 // relays, where its network log and the sandbox's CA are, and where the
 // secrets' values are on this host.
 func (s *Sandbox) holderSpec(id string, relays bool) channel.HoldSpec {
-	h := channel.HoldSpec{ID: id, User: s.execUser(), Engine: s.rt().Binary(), Egress: relays, EgressLog: s.EgressLog()}
+	h := channel.HoldSpec{ID: id, User: s.execUser(), Engine: s.rt().Binary(), Egress: relays, EgressLog: s.egressLog()}
 	if relays {
 		h.EgressState = s.keyStateDir()
 		if s.spec.Egress != nil {

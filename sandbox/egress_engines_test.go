@@ -137,7 +137,7 @@ func TestEgressAllowIsEnforced(t *testing.T) {
 				}
 				sub := "netprobe-" + strconv.Itoa(os.Getpid())
 				dir := "/workspace/" + sub
-				if err := sb.CopyInArchive(ctx, "/workspace", probeArchive(t, sub, srv.caPEM)); err != nil {
+				if err := sb.Copies().InArchive(ctx, "/workspace", probeArchive(t, sub, srv.caPEM)); err != nil {
 					t.Fatal(err)
 				}
 				run := func(args ...string) (string, int) {
@@ -182,7 +182,7 @@ func TestEgressAllowIsEnforced(t *testing.T) {
 				// after its client has the answer.
 				var allowed, refused, total int
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-					recs, err := egress.ReadLog(sb.EgressLog())
+					recs, err := egress.ReadLog(sandbox.EgressLogFile(e.tg.StateDir, sb.Key()))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -211,7 +211,7 @@ func TestEgressAllowIsEnforced(t *testing.T) {
 				if _, err := sb2.Ensure(ctx); err != nil {
 					t.Fatal(err)
 				}
-				if err := sb2.CopyInArchive(ctx, "/workspace", probeArchive(t, sub, srv.caPEM)); err != nil {
+				if err := sb2.Copies().InArchive(ctx, "/workspace", probeArchive(t, sub, srv.caPEM)); err != nil {
 					t.Fatal(err)
 				}
 				var out bytes.Buffer

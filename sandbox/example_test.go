@@ -184,7 +184,7 @@ func ExampleSecret() {
 }
 
 // A snapshot of a sandbox's files, a rollback to it, and forks from it.
-func ExampleSandbox_Snapshot() {
+func ExampleSnapshots() {
 	ctx := context.Background()
 	rt, _, err := detect.Open(ctx, detect.Options{})
 	if err != nil {
@@ -201,7 +201,7 @@ func ExampleSandbox_Snapshot() {
 		fmt.Println(err)
 		return
 	}
-	snap, err := sb.Snapshot(ctx, "before-refactor") // files, not processes
+	snap, err := sb.Snapshots().Take(ctx, "before-refactor") // files, not processes
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -209,7 +209,7 @@ func ExampleSandbox_Snapshot() {
 	fmt.Println(snap.Name, snap.Task)
 
 	// ... the attempt goes wrong: back to the snapshot, in place.
-	if _, err := sb.Rollback(ctx, "before-refactor"); err != nil {
+	if _, err := sb.Snapshots().Rollback(ctx, "before-refactor"); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -218,7 +218,7 @@ func ExampleSandbox_Snapshot() {
 	forks := []*sandbox.Sandbox{sb}
 	for _, task := range []string{"attempt-2", "attempt-3"} {
 		fork := m.Sandbox(sandbox.Key{Profile: "example", Task: task}, spec)
-		res, err := fork.Fork(ctx, "before-refactor")
+		res, err := fork.Snapshots().Fork(ctx, "before-refactor")
 		fmt.Println(task, res.Action, err)
 		forks = append(forks, fork)
 	}

@@ -24,7 +24,7 @@ type Listing struct {
 	// "down", "off" or "unavailable: <why>" (see Sandbox.ChannelStatus).
 	Channel string `json:"channel,omitempty"`
 	// Drift names the settings it was made from that differ from the
-	// spec List was given (see Sandbox.Drift): a stale sandbox.
+	// spec List was given (see Manager.List): a stale sandbox.
 	Drift []string `json:"drift,omitempty"`
 }
 

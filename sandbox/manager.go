@@ -19,7 +19,12 @@
 //     command costs one engine call, or none through the exec channel.
 //   - Session(name).Run runs shell text in a named long-lived shell whose
 //     cwd, variables and functions carry over.
-//   - CopyIn and CopyOut move files with docker cp's meaning.
+//   - Copies (In, Out) move files with docker cp's meaning; Snapshots
+//     (Take, Fork, Rollback) save the sandbox's files and make sandboxes
+//     from them.
+//   - The features hsbx's agent serves are packages of their own, each
+//     one step from a handle: files.Of(sb), background.Of(sb),
+//     forward.Run(ctx, sb, ...) (through Sandbox.Door).
 //   - Stop keeps the sandbox's files; Down removes it (and, on Kubernetes,
 //     its claim); Close ends what the handle holds (a per-process
 //     sandbox: the sandbox itself).
@@ -105,7 +110,7 @@ type Config struct {
 	// process, and the channel starts one after a plain exec. Zero (a
 	// program's): each Sandbox holds its own channel until Close.
 	Holders channel.Holders
-	// CopyMaxBytes bounds the data one CopyOut writes on the host (0: no
+	// CopyMaxBytes bounds the data one Copies.Out writes on the host (0: no
 	// bound; the CLI's copy_max_size).
 	CopyMaxBytes int64
 	// CopyChannelMax: a copy of at most this many bytes into or out of a
@@ -253,7 +258,7 @@ type Result struct {
 	State   runtime.State `json:"state"`
 	Action  Action        `json:"action"`
 	// Drift names the settings the sandbox was made from that differ from
-	// these (configuration keys; see Sandbox.Drift): it was kept as it is
+	// these (configuration keys; see DriftPolicy): it was kept as it is
 	// (on_drift = warn, or recreate with a command running in it).
 	Drift []string `json:"drift,omitempty"`
 	// DriftWarned says this call gave the drift warning (Config.Warn); it

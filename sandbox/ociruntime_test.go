@@ -121,11 +121,11 @@ func TestGVisorEveryEngine(t *testing.T) {
 			dsts = []string{filepath.Join(t.TempDir(), "gv-root.bin"), filepath.Join(t.TempDir(), "gv-tmp.bin")}
 		}
 		for _, dst := range dsts {
-			if err := sb.CopyIn(ctx, src, dst); err != nil {
+			if err := sb.Copies().In(ctx, src, dst); err != nil {
 				t.Fatalf("CopyIn %s: %v", dst, err)
 			}
 			back := filepath.Join(t.TempDir(), "back")
-			if err := sb.CopyOut(ctx, dst, back); err != nil {
+			if err := sb.Copies().Out(ctx, dst, back); err != nil {
 				t.Fatalf("CopyOut %s: %v", dst, err)
 			}
 			if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got, data) {

@@ -80,7 +80,7 @@ func TestSecretsBrokered(t *testing.T) {
 				}
 				sub := "netprobe-" + strconv.Itoa(os.Getpid())
 				dir := "/workspace/" + sub
-				if err := sb.CopyInArchive(ctx, "/workspace", probeArchive(t, sub, srv.caPEM)); err != nil {
+				if err := sb.Copies().InArchive(ctx, "/workspace", probeArchive(t, sub, srv.caPEM)); err != nil {
 					t.Fatal(err)
 				}
 				run := func(argv ...string) (string, int) {
@@ -148,7 +148,7 @@ func TestSecretsBrokered(t *testing.T) {
 				}
 				var injected, refused, rewritten int
 				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-					recs, err := egress.ReadLog(sb.EgressLog())
+					recs, err := egress.ReadLog(sandbox.EgressLogFile(e.tg.StateDir, sb.Key()))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -171,12 +171,12 @@ func TestSecretsBrokered(t *testing.T) {
 				if injected != 3 || refused != 1 || rewritten != 1 {
 					t.Fatalf("network log: %d requests with the value put in (want 3), %d exfiltrations (want 1), %d responses rewritten (want 1)", injected, refused, rewritten)
 				}
-				if b, _ := os.ReadFile(sb.EgressLog()); bytes.Contains(b, []byte(value)) {
+				if b, _ := os.ReadFile(sandbox.EgressLogFile(e.tg.StateDir, sb.Key())); bytes.Contains(b, []byte(value)) {
 					t.Fatal("the network log holds the value")
 				}
 				// The sandbox's CA key goes with the sandbox.
 				cas := func() []string {
-					m, _ := filepath.Glob(filepath.Join(filepath.Dir(sb.EgressLog()), "egress-ca-*"))
+					m, _ := filepath.Glob(filepath.Join(filepath.Dir(sandbox.EgressLogFile(e.tg.StateDir, sb.Key())), "egress-ca-*"))
 					return m
 				}
 				if len(cas()) != 2 {

@@ -384,7 +384,7 @@ func TestSessionsAtTheProcessLimit(t *testing.T) {
 		}
 		wg.Wait()
 		dst := filepath.Join(t.TempDir(), "hostname")
-		if err := sb.CopyOut(ctx, "/etc/hostname", dst); err != nil {
+		if err := sb.Copies().Out(ctx, "/etc/hostname", dst); err != nil {
 			t.Errorf("cp out with no process left: %v, want the engine's cp to make it", err)
 		} else if b, _ := os.ReadFile(dst); len(b) == 0 {
 			t.Errorf("cp out with no process left made an empty file")

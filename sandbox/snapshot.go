@@ -255,14 +255,24 @@ func (s *Sandbox) snapshotPaths() []string {
 	return ps
 }
 
-// Snapshot saves the sandbox's files as snapshot name of its profile: its
+// Snapshots save a sandbox's files and make sandboxes of its key from them
+// (Sandbox.Snapshots); Manager.Snapshots lists a profile's, FindSnapshot
+// finds one, RemoveSnapshot removes it.
+type Snapshots struct{ s *Sandbox }
+
+// Snapshots are the saves of the sandbox and its key's sandboxes made
+// from them.
+func (s *Sandbox) Snapshots() Snapshots { return Snapshots{s} }
+
+// Take saves the sandbox's files as snapshot name of its profile: its
 // image layer, its persistent /workspace and /root, its memory-backed
 // paths. While it copies, the sandbox's processes are stopped (and the
 // engine pauses it while it commits), so no write lands half in it; they
 // go on after. A stopped sandbox is started first. Processes and memory
 // are not saved. Over Config.SnapshotMaxBytes it keeps nothing and fails
 // with ErrSnapshotTooLarge.
-func (s *Sandbox) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
+func (n Snapshots) Take(ctx context.Context, name string) (SnapshotInfo, error) {
+	s := n.s
 	if err := ValidSnapshotName(name); err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -419,17 +429,19 @@ var engineEnv = map[string]bool{"PATH": true, "HOME": true, "HOSTNAME": true, "T
 // up. The key must have no sandbox yet (ErrSandboxExists), nor files in
 // its persistent directories. Each fork is its own: a write in one is
 // seen in no other, nor in the sandbox the snapshot was taken of.
-func (s *Sandbox) Fork(ctx context.Context, name string) (Result, error) {
+func (n Snapshots) Fork(ctx context.Context, name string) (Result, error) {
+	s := n.s
 	si, err := s.m.FindSnapshot(ctx, s.key.Scope(), name)
 	if err != nil {
 		return Result{}, err
 	}
-	return s.ForkFrom(ctx, si)
+	return n.ForkFrom(ctx, si)
 }
 
 // ForkFrom is Fork from a snapshot already found (FindSnapshot): many
 // forks of one snapshot look it up once.
-func (s *Sandbox) ForkFrom(ctx context.Context, si SnapshotInfo) (Result, error) {
+func (n Snapshots) ForkFrom(ctx context.Context, si SnapshotInfo) (Result, error) {
+	s := n.s
 	if err := s.hostDirsEmpty(); err != nil {
 		return Result{}, err
 	}
@@ -442,7 +454,8 @@ func (s *Sandbox) ForkFrom(ctx context.Context, si SnapshotInfo) (Result, error)
 // labels and settings stay the handle's. Never while a command runs in
 // it: an error wrapping ErrBusy, and it is kept. With no sandbox it is
 // Fork.
-func (s *Sandbox) Rollback(ctx context.Context, name string) (Result, error) {
+func (n Snapshots) Rollback(ctx context.Context, name string) (Result, error) {
+	s := n.s
 	si, err := s.m.FindSnapshot(ctx, s.key.Scope(), name)
 	if err != nil {
 		return Result{}, err

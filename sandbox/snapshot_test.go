@@ -57,7 +57,7 @@ func TestSnapshot(t *testing.T) {
 		m := e.managerWith(func(c *sandbox.Config) {})
 		if e.kube() {
 			sb := m.Sandbox(e.key("snap"), e.spec())
-			if _, err := sb.Snapshot(ctx, "s1"); !errors.Is(err, sandbox.ErrSnapshotUnsupported) {
+			if _, err := sb.Snapshots().Take(ctx, "s1"); !errors.Is(err, sandbox.ErrSnapshotUnsupported) {
 				t.Fatalf("a snapshot on Kubernetes: %v, want ErrSnapshotUnsupported", err)
 			}
 			return
@@ -110,7 +110,7 @@ func snapshotTwoAtOnce(t *testing.T, e *env, m *sandbox.Manager) {
 	done := make(chan int, 2)
 	for i := range names {
 		other := e.managerWith(func(c *sandbox.Config) {}).Sandbox(src.Key(), spec)
-		go func() { _, errs[i] = other.Snapshot(ctx, names[i]); done <- i }()
+		go func() { _, errs[i] = other.Snapshots().Take(ctx, names[i]); done <- i }()
 	}
 	for range names {
 		select {
@@ -126,7 +126,7 @@ func snapshotTwoAtOnce(t *testing.T, e *env, m *sandbox.Manager) {
 			made++
 			f := m.Sandbox(e.key("twice-fork-"+strconv.Itoa(i)), spec)
 			e.t.Cleanup(func() { _ = f.Close(context.Background()) })
-			if _, err := f.Fork(ctx, names[i]); err != nil {
+			if _, err := f.Snapshots().Fork(ctx, names[i]); err != nil {
 				t.Fatalf("fork of %s: %v", names[i], err)
 			}
 			var got bytes.Buffer
@@ -161,7 +161,7 @@ func snapshotBounds(t *testing.T, e *env, m *sandbox.Manager) {
 	}
 	small := e.managerWith(func(c *sandbox.Config) { c.SnapshotMaxBytes = 100 << 10 })
 	name := e.base + "bound"
-	if _, err := small.Sandbox(src.Key(), spec).Snapshot(ctx, name); !errors.Is(err, sandbox.ErrSnapshotTooLarge) {
+	if _, err := small.Sandbox(src.Key(), spec).Snapshots().Take(ctx, name); !errors.Is(err, sandbox.ErrSnapshotTooLarge) {
 		t.Fatalf("over the bound: %v, want ErrSnapshotTooLarge", err)
 	}
 	if _, err := m.FindSnapshot(ctx, src.Key().Scope(), name); !errors.Is(err, sandbox.ErrNoSnapshot) {
@@ -170,13 +170,13 @@ func snapshotBounds(t *testing.T, e *env, m *sandbox.Manager) {
 	if code, err := src.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "test ! -e /.hsbx-snapshot && test $(grep -c '^State:.*T' /proc/[0-9]*/status | grep -vc ':0$') = 0"}}); code != 0 || err != nil {
 		t.Errorf("after a refused snapshot the stage is left or processes are stopped: %d %v", code, err)
 	}
-	if _, err := src.Snapshot(ctx, name); err != nil {
+	if _, err := src.Snapshots().Take(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	tiny := spec
 	tiny.ExtraArgs = []string{"--tmpfs", "/small:rw,size=64k"}
 	f := e.snapSandbox(m, "bound-fork", tiny)
-	if _, err := f.Fork(ctx, name); !errors.Is(err, sandbox.ErrNoSpace) {
+	if _, err := f.Snapshots().Fork(ctx, name); !errors.Is(err, sandbox.ErrNoSpace) {
 		t.Errorf("a fork with no room for the snapshot's files: %v, want ErrNoSpace", err)
 	}
 	if cs, _ := e.rt.List(ctx, runtime.ListOptions{Labels: []string{"hsbx.task=" + f.Key().Task}}); len(cs) != 0 {
@@ -204,7 +204,7 @@ func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, t
 	}
 	time.Sleep(300 * time.Millisecond)
 	name := e.base + "s1-" + tag
-	si, err := src.Snapshot(ctx, name)
+	si, err := src.Snapshots().Take(ctx, name)
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
@@ -218,7 +218,7 @@ func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, t
 		t.Errorf("the writer did not go on after the snapshot (%s lines, then %s)", n1, n2)
 	}
 	_, _ = p.Signal(ctx, syscall.SIGKILL)
-	if _, err := src.Snapshot(ctx, name); !errors.Is(err, sandbox.ErrSnapshotExists) {
+	if _, err := src.Snapshots().Take(ctx, name); !errors.Is(err, sandbox.ErrSnapshotExists) {
 		t.Errorf("a second snapshot of the name: %v, want ErrSnapshotExists", err)
 	}
 	list, err := m.Snapshots(ctx, src.Key().Scope())
@@ -227,7 +227,7 @@ func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, t
 	}
 	// Changes after the snapshot, then the rollback.
 	sh(src, "echo changed >> /workspace/w.bin; echo new > /workspace/new; echo new > /etc/after; rm /root/r.txt; echo x > /tmp/t.txt")
-	res, err := src.Rollback(ctx, name)
+	res, err := src.Snapshots().Rollback(ctx, name)
 	if err != nil {
 		t.Fatalf("rollback: %v", err)
 	}
@@ -255,7 +255,7 @@ func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, t
 		go func() {
 			defer wg.Done()
 			var res sandbox.Result
-			res, errs[i] = forks[i].Fork(ctx, name)
+			res, errs[i] = forks[i].Snapshots().Fork(ctx, name)
 			forkIDs[i] = res.ID
 		}()
 	}
@@ -282,16 +282,16 @@ func snapshotCase(t *testing.T, e *env, m *sandbox.Manager, spec sandbox.Spec, t
 	if got := sh(src, "cat /workspace/mine /etc/mine /tmp/mine 2>&1 || true"); strings.Count(got, "No such file") != 3 {
 		t.Errorf("the source sees a fork's files: %q", got)
 	}
-	if _, err := forks[0].Fork(ctx, name); !errors.Is(err, sandbox.ErrSandboxExists) {
+	if _, err := forks[0].Snapshots().Fork(ctx, name); !errors.Is(err, sandbox.ErrSandboxExists) {
 		t.Errorf("a fork into a task that has a sandbox: %v, want ErrSandboxExists", err)
 	}
 	// A fork of a fork.
 	name2 := e.base + "s2-" + tag
-	if _, err := forks[0].Snapshot(ctx, name2); err != nil {
+	if _, err := forks[0].Snapshots().Take(ctx, name2); err != nil {
 		t.Fatalf("snapshot of a fork: %v", err)
 	}
 	ff := e.snapSandbox(m, "ff-"+tag, spec)
-	if _, err := ff.Fork(ctx, name2); err != nil {
+	if _, err := ff.Snapshots().Fork(ctx, name2); err != nil {
 		t.Fatalf("fork of a fork: %v", err)
 	}
 	if got := sh(ff, "cat /workspace/mine /etc/mine /tmp/mine; md5sum < /workspace/w.bin"); !strings.HasPrefix(got, "0\n0\n0\n") || !strings.Contains(want, strings.Fields(got)[3]) {
@@ -420,7 +420,7 @@ func TestSnapshotFake(t *testing.T) {
 		for _, bad := range []string{"", "-x", "a b", "a/b", "ü", "x:y", strings.Repeat("a", 129)} {
 			e.log.reset()
 			var se *sandbox.SpecError
-			if _, err := src.Snapshot(ctx, bad); !errors.As(err, &se) {
+			if _, err := src.Snapshots().Take(ctx, bad); !errors.As(err, &se) {
 				t.Errorf("snapshot name %q: %v, want a SpecError", bad, err)
 			}
 			if n := len(e.log.all()); n != 0 {
@@ -428,22 +428,22 @@ func TestSnapshotFake(t *testing.T) {
 			}
 		}
 		name := e.base + "ok"
-		if _, err := with("FAKEENGINE_FAIL_COMMIT=1:Error response from daemon: no space left on device").Sandbox(e.key("src"), e.spec()).Snapshot(ctx, name); err == nil {
+		if _, err := with("FAKEENGINE_FAIL_COMMIT=1:Error response from daemon: no space left on device").Sandbox(e.key("src"), e.spec()).Snapshots().Take(ctx, name); err == nil {
 			t.Error("a refused commit: no error")
 		}
 		none("a refused commit")
-		if _, err := with("FAKEENGINE_COMMIT_LEAVES=1").Sandbox(e.key("src"), e.spec()).Snapshot(ctx, name); err == nil {
+		if _, err := with("FAKEENGINE_COMMIT_LEAVES=1").Sandbox(e.key("src"), e.spec()).Snapshots().Take(ctx, name); err == nil {
 			t.Error("a commit that failed after the engine made the image: no error")
 		}
 		none("a commit whose image was made")
 		small := e.managerWith(func(c *sandbox.Config) { c.SnapshotMaxBytes = 100 })
-		if _, err := small.Sandbox(e.key("src"), e.spec()).Snapshot(ctx, name); !errors.Is(err, sandbox.ErrSnapshotTooLarge) {
+		if _, err := small.Sandbox(e.key("src"), e.spec()).Snapshots().Take(ctx, name); !errors.Is(err, sandbox.ErrSnapshotTooLarge) {
 			t.Errorf("over the bound: %v, want ErrSnapshotTooLarge", err)
 		}
 		none("over the bound")
 
 		e.log.reset()
-		si, err := src.Snapshot(ctx, name)
+		si, err := src.Snapshots().Take(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -473,7 +473,7 @@ func TestSnapshotFake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := src.Snapshot(ctx, squat); !errors.Is(err, sandbox.ErrForeignName) {
+		if _, err := src.Snapshots().Take(ctx, squat); !errors.Is(err, sandbox.ErrForeignName) {
 			t.Errorf("a name another image holds: %v, want ErrForeignName", err)
 		}
 		if err := cm.RemoveImages(ctx, foreign); err != nil {
@@ -482,7 +482,7 @@ func TestSnapshotFake(t *testing.T) {
 		// A fork that cannot be restored, and one that cannot be made.
 		for _, tc := range []struct{ env, task string }{{"FAKEENGINE_RESTORE_FAIL=no_space", "full"}, {"FAKEENGINE_FAIL_RUN=125:Error: boom", "norun"}} {
 			f := with(tc.env).Sandbox(e.key(tc.task), e.spec())
-			_, err := f.Fork(ctx, name)
+			_, err := f.Snapshots().Fork(ctx, name)
 			if err == nil || tc.task == "full" && !errors.Is(err, sandbox.ErrNoSpace) {
 				t.Errorf("%s: %v", tc.env, err)
 			}
@@ -492,7 +492,7 @@ func TestSnapshotFake(t *testing.T) {
 			}
 		}
 		fork := m.Sandbox(e.key("fork"), e.spec())
-		res, err := fork.Fork(ctx, name)
+		res, err := fork.Snapshots().Fork(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -512,14 +512,14 @@ func TestSnapshotFake(t *testing.T) {
 			_, _ = fork.Exec(ctx, sandbox.Command{Argv: []string{"sh", "-c", "echo up; sleep 3"}, Stdout: writerFunc(func([]byte) { up() })})
 		}()
 		<-started
-		if _, err := fork.Rollback(ctx, name); !errors.Is(err, sandbox.ErrBusy) {
+		if _, err := fork.Snapshots().Rollback(ctx, name); !errors.Is(err, sandbox.ErrBusy) {
 			t.Errorf("a rollback while a command runs: %v, want ErrBusy", err)
 		}
 		if cs, err := e.rt.Inspect(ctx, res.ID); err != nil || len(cs) != 1 {
 			t.Errorf("the sandbox after a refused rollback: %v %v", cs, err)
 		}
 		<-done
-		res2, err := fork.Rollback(ctx, name)
+		res2, err := fork.Snapshots().Rollback(ctx, name)
 		if err != nil || res2.ID == res.ID {
 			t.Errorf("rollback: %+v %v", res2, err)
 		}
@@ -552,11 +552,11 @@ func snapshotHermes(t *testing.T, e *env, m *sandbox.Manager) {
 		t.Fatal(code, err)
 	}
 	name := e.base + "hermes"
-	if _, err := sb.Snapshot(ctx, name); err != nil {
+	if _, err := sb.Snapshots().Take(ctx, name); err != nil {
 		t.Fatalf("snapshot of a Hermes-made sandbox: %v", err)
 	}
 	f := e.snapSandbox(m, "hermes-fork", spec)
-	res, err := f.Fork(ctx, name)
+	res, err := f.Snapshots().Fork(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,13 +46,13 @@ func (c *CpCmd) Run(ctx context.Context, app *App) error {
 	}
 	switch {
 	case dstIn && c.Src == "-":
-		err = sb.CopyInArchive(ctx, c.Dst[1:], app.Env.Stdin)
+		err = sb.Copies().InArchive(ctx, c.Dst[1:], app.Env.Stdin)
 	case dstIn:
-		err = sb.CopyIn(ctx, app.hostPath(c.Src), c.Dst[1:])
+		err = sb.Copies().In(ctx, app.hostPath(c.Src), c.Dst[1:])
 	case c.Dst == "-":
-		err = sb.CopyOutArchive(ctx, c.Src[1:], app.Env.Stdout)
+		err = sb.Copies().OutArchive(ctx, c.Src[1:], app.Env.Stdout)
 	default:
-		err = sb.CopyOut(ctx, c.Src[1:], app.hostPath(c.Dst))
+		err = sb.Copies().Out(ctx, c.Src[1:], app.hostPath(c.Dst))
 	}
 	return err
 }

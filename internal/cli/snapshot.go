@@ -38,7 +38,7 @@ func (c *SnapshotSaveCmd) Run(ctx context.Context, app *App) error {
 		return &exitError{code: ExitUsage, err: err}
 	}
 	return (&fileFlags{taskFlag: c.taskFlag}).withSandbox(ctx, app, func(sb *sandbox.Sandbox) error {
-		si, err := sb.Snapshot(ctx, c.Name)
+		si, err := sb.Snapshots().Take(ctx, c.Name)
 		if err != nil {
 			return err
 		}
@@ -127,7 +127,7 @@ func (c *SnapshotRollbackCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	res, err := sb.Rollback(ctx, c.Name)
+	res, err := sb.Snapshots().Rollback(ctx, c.Name)
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (c *SnapshotForkCmd) Run(ctx context.Context, app *App) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = sb.ForkFrom(ctx, si)
+			results[i], errs[i] = sb.Snapshots().ForkFrom(ctx, si)
 		}()
 	}
 	wg.Wait()
