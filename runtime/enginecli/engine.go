@@ -13,9 +13,11 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hsbx/hsbx/internal/proc"
@@ -119,15 +121,25 @@ type Engine struct {
 	runner  *proc.Runner
 	env     []string
 	timeout time.Duration
+	loc     func() runtime.Location
 }
 
-var _ runtime.Runtime = (*Engine)(nil)
+var (
+	_ runtime.Runtime = (*Engine)(nil)
+	_ runtime.Locator = (*Engine)(nil)
+)
 
 // New returns an Engine for the CLI at bin speaking dialect d.
 func New(d Dialect, bin string, o Options) *Engine {
 	o = o.WithDefaults()
-	return &Engine{d: d, bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout}
+	e := &Engine{d: d, bin: bin, runner: o.Runner, env: o.Env, timeout: o.Timeout}
+	e.loc = sync.OnceValue(func() runtime.Location { return Locate(string(d.Name()), bin, e.env, goruntime.GOOS) })
+	return e
 }
+
+// Location implements runtime.Locator: where the engine runs, from what
+// the client reads to choose it (no engine call; read once).
+func (e *Engine) Location() runtime.Location { return e.loc() }
 
 // Dialect implements runtime.Runtime.
 func (e *Engine) Dialect() runtime.Dialect { return e.d.Name() }
