@@ -150,6 +150,8 @@ func Run(name string, args, environ []string, stdin io.Reader, stdout, stderr io
 		return f.cp(rest)
 	case "pull":
 		return f.pull(rest)
+	case "volume":
+		return f.volume(rest)
 	}
 	return f.usage(fmt.Sprintf("unknown command %q for %q", sub, f.name))
 }

@@ -49,6 +49,11 @@ var steps = []string{
 	"!rm -f cap-snap2",
 	"image_rm_child", "image_rm_missing", "commit_missing",
 	"!rm -f cap-snap",
+	"volume_create", "volume_create_again", "volume_inspect", "volume_inspect_missing", "volume_inspect_none", "volume_ls_label",
+	"!run -d --name cap-vol --mount type=volume,source=cap-vol-a,target=/w --mount type=volume,source=cap-vol-auto,target=/v --network none hsbx-busybox sleep infinity",
+	"volume_inspect_auto", "volume_rm_in_use",
+	"!rm -f cap-vol",
+	"volume_rm_missing", "volume_rm_none",
 	"down_ps", "down_version", "down_info", "down_run", "down_exec",
 }
 
@@ -126,6 +131,8 @@ func TestFakesMatchCapturedEngines(t *testing.T) {
 func opOf(args []string) enginecli.Op {
 	for _, a := range args {
 		switch a {
+		case "volume":
+			return enginecli.OpVolume
 		case "ps":
 			return enginecli.OpPS
 		case "inspect":
@@ -181,6 +188,22 @@ func compareParsed(t *testing.T, step string, d enginecli.Dialect, op enginecli.
 		fi, ferr := enginecli.ParseImageInspect(fake)
 		if (rerr == nil) != (ferr == nil) || len(ri.Entrypoint) != len(fi.Entrypoint) || !maps.Equal(ri.Labels, fi.Labels) {
 			t.Errorf("%s: ParseImageInspect real %+v %v, fake %+v %v", step, ri, rerr, fi, ferr)
+		}
+		return
+	case enginecli.OpVolume:
+		if !strings.Contains(step, "inspect") {
+			return
+		}
+		rv, rerr := enginecli.ParseVolumes(captured)
+		fv, ferr := enginecli.ParseVolumes(fake)
+		if (rerr == nil) != (ferr == nil) || len(rv) != len(fv) {
+			t.Errorf("%s: ParseVolumes real %+v %v, fake %+v %v", step, rv, rerr, fv, ferr)
+			return
+		}
+		for i := range rv {
+			if rv[i].Name != fv[i].Name || !maps.Equal(rv[i].Labels, fv[i].Labels) {
+				t.Errorf("%s: volume %d: real %+v, fake %+v", step, i, rv[i], fv[i])
+			}
 		}
 		return
 	case enginecli.OpCommit:

@@ -216,6 +216,7 @@ func (f *fake) run(args []string, createOnly bool) int {
 			}
 		}
 		c.ID = st.newID(c.Name, f.now)
+		st.makeVolumes(args, f.now)
 		if c.Name == "" {
 			c.Name = randomName(st.Seq)
 		}

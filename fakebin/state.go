@@ -69,6 +69,8 @@ type State struct {
 	Images []*Image `json:"images,omitempty"`
 	// Claims are the fake kubectl's PersistentVolumeClaims.
 	Claims []*Claim `json:"claims,omitempty"`
+	// Volumes are docker's and podman's named volumes.
+	Volumes []*Volume `json:"volumes,omitempty"`
 	// NetworkPolicies are the fake kubectl's (kept while their owner
 	// Pod is: the garbage collector's work, done at once).
 	NetworkPolicies []*NetworkPolicy `json:"network_policies,omitempty"`

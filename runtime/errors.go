@@ -60,6 +60,17 @@ var (
 	// ErrForeignClaim: a claim of the sandbox's name exists without its
 	// labels; it is never mounted or removed.
 	ErrForeignClaim = errors.New("claim not made by hsbx for this sandbox")
+	// ErrNoSuchVolume: no named volume of that name.
+	ErrNoSuchVolume = errors.New("no such volume")
+	// ErrVolumeExists: a volume create raced another (podman refuses the
+	// second; docker says nothing).
+	ErrVolumeExists = errors.New("volume already exists")
+	// ErrVolumeInUse: a volume a container mounts cannot be removed until
+	// the container is.
+	ErrVolumeInUse = errors.New("volume in use by a container")
+	// ErrForeignVolume: a volume of the name hsbx gives a key's storage
+	// exists without the key's labels; it is never mounted or removed.
+	ErrForeignVolume = errors.New("volume not made by hsbx for this key")
 )
 
 // EngineError is a failed engine call: the argv, the exit code and the
@@ -144,6 +155,10 @@ func Hint(err error) string {
 		return "the engine does not trust the registry's certificate: install the registry's CA for the engine, or check the host's clock"
 	case errors.Is(err, ErrRegistryAuth):
 		return "log in to the registry first (docker login / podman login REGISTRY)"
+	case errors.Is(err, ErrForeignVolume):
+		return "that volume is not hsbx's for this task: remove or rename it if it is no one's (docker volume rm NAME), or use another task"
+	case errors.Is(err, ErrVolumeInUse):
+		return "a container that is not this task's sandbox mounts the volume: remove that container first (docker ps -a --filter volume=NAME names it)"
 	}
 	var h interface{ Hint() string }
 	if errors.As(err, &h) {

@@ -117,6 +117,33 @@ type RunSpec struct {
 	// (--mount type=volume,source=NAME in Args), made before it when
 	// absent (kubectl only: a PersistentVolumeClaim per sandbox key).
 	Claims []Claim
+	// Volumes are the engine's named volumes the container mounts
+	// (--mount type=volume,source=NAME in Args; docker and podman), made
+	// before it, with their labels, when absent (Volumes.EnsureVolumes).
+	Volumes []Volume
+}
+
+// Volume is a named volume of a docker or podman engine: it outlives the
+// containers that mount it, and carries Labels so that only the key's own
+// is ever mounted or removed.
+type Volume struct {
+	Name   string
+	Labels map[string]string
+}
+
+// Volumes is implemented by runtimes whose engine keeps named volumes
+// (docker, podman): a sandbox's storage = volume.
+type Volumes interface {
+	// EnsureVolumes makes each of vs that does not exist, with its
+	// labels, and checks that every one carries them: one that exists
+	// without is an ErrForeignVolume, and nothing is made for it.
+	EnsureVolumes(ctx context.Context, vs ...Volume) error
+	// ListVolumes lists the volumes that carry every one of labels.
+	ListVolumes(ctx context.Context, labels map[string]string) ([]Volume, error)
+	// RemoveVolumes removes the named volumes and checks with the engine
+	// that they are gone; one a container mounts stays, and the error
+	// wraps ErrVolumeInUse. A missing one is not an error.
+	RemoveVolumes(ctx context.Context, names ...string) error
 }
 
 // Claim is a persistent volume that outlives the containers that mount it:

@@ -5,6 +5,7 @@
 # The parser tables and the fake-engine fidelity test read these files.
 #
 # Usage: scripts/capture.sh BINARY [LABEL]   (after `. /tmp/hsbx-engines/env.sh`)
+#        CAPTURE_ONLY=volumes scripts/capture.sh ...: only those cases, the rest kept
 set -uo pipefail
 bin=${1:?usage: capture.sh BINARY [LABEL]}
 image=${HSBX_IT_IMAGE:-hsbx-busybox}
@@ -17,7 +18,8 @@ case "$ver" in
 esac
 label=${2:-$dialect-$v}
 out="$(cd "$(dirname "$0")/.." && pwd)/testdata/engines/$label"
-rm -rf "$out"; mkdir -p "$out"
+[ -n "${CAPTURE_ONLY:-}" ] || rm -rf "$out"
+mkdir -p "$out"
 echo "capturing $bin ($ver) into $out" >&2
 
 cap() { # cap NAME ARGS...   (runs BINARY ARGS..., env from the caller)
@@ -30,6 +32,29 @@ cap() { # cap NAME ARGS...   (runs BINARY ARGS..., env from the caller)
 if [ "$dialect" = docker ]; then psfmt='{{json .}}'; else psfmt=json; fi
 for c in cap-run cap-exit cap-created cap-paused cap-stop; do "$bin" rm -f "$c" >/dev/null 2>&1; done  # one by one: podman's rm -f with a missing name removes nothing
 net=(--network none)
+
+# Volumes (storage = volume): made with labels; a second create (docker
+# quiet, podman refuses); inspect with one missing (both print what they
+# found); ls by label; a volume run makes without labels; rm refused while
+# mounted, and with one missing.
+volumes() {
+  "$bin" rm -f cap-vol >/dev/null 2>&1; "$bin" volume rm cap-vol-a cap-vol-auto >/dev/null 2>&1
+  cap volume_create volume create --label hsbx.key=k --label hsbx.volume=workspace cap-vol-a
+  cap volume_create_again volume create --label hsbx.key=k cap-vol-a
+  cap volume_inspect volume inspect cap-vol-a
+  cap volume_inspect_missing volume inspect cap-vol-a cap-vol-nonexist
+  cap volume_inspect_none volume inspect cap-vol-nonexist
+  cap volume_ls_label volume ls -q --filter label=hsbx.key=k
+  "$bin" run -d --name cap-vol --mount type=volume,source=cap-vol-a,target=/w \
+    --mount type=volume,source=cap-vol-auto,target=/v "${net[@]}" "$image" sleep infinity >/dev/null
+  cap volume_inspect_auto volume inspect cap-vol-auto
+  cap volume_rm_in_use volume rm cap-vol-a
+  "$bin" rm -f cap-vol >/dev/null
+  cap volume_rm_missing volume rm cap-vol-a cap-vol-nonexist
+  cap volume_rm_none volume rm cap-vol-nonexist
+  "$bin" volume rm cap-vol-auto >/dev/null 2>&1
+}
+[ "${CAPTURE_ONLY:-}" = volumes ] && { volumes; echo "done: volumes" >&2; exit 0; }
 "$bin" run -d --init --name cap-run --label hermes-agent=1 --label hermes-task-id=t1 \
   --label hermes-profile=default --label 'weird=a,b=c' "${net[@]}" "$image" sleep infinity >/dev/null
 "$bin" run --name cap-exit --label hermes-agent=1 "${net[@]}" "$image" sh -c 'exit 3' >/dev/null
@@ -127,6 +152,8 @@ cap commit_missing commit "${q[@]}" cap-nonexist cap-snapshot:three
 "$bin" rm -f cap-snap >/dev/null 2>&1
 "$bin" image rm cap-snapshot:two cap-snapshot:zero >/dev/null 2>&1
 "$bin" image rm cap-snapshot:one >/dev/null 2>&1
+
+volumes
 
 # The engine out of reach.
 if [ "$dialect" = docker ]; then

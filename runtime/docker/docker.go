@@ -159,6 +159,8 @@ var rules = []enginecli.Rule{
 	{Fragment: "could not find the file", Kind: runtime.ErrNoSuchPath}, // cp (20.10)
 	{Fragment: "no such container:path", Kind: runtime.ErrNoSuchPath},  // cp, the client's words for the same (28.2 client)
 	{Fragment: "no such container", Kind: runtime.ErrNotFound},
+	{Fragment: "no such volume", Kind: runtime.ErrNoSuchVolume},  // volume inspect, rm (20.10)
+	{Fragment: "volume is in use", Kind: runtime.ErrVolumeInUse}, // volume rm (20.10)
 	{Fragment: "is already in use by container", Kind: runtime.ErrNameInUse},
 	{Fragment: "is paused, unpause the container", Kind: runtime.ErrPaused},
 	{Fragment: "is not running", Kind: runtime.ErrNotRunning},

@@ -316,6 +316,9 @@ func (e *Engine) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 	if len(s.Claims) > 0 {
 		return "", fmt.Errorf("%w: %s keeps persistent files in host directories, not claims", runtime.ErrUnsupported, e.Dialect())
 	}
+	if err := e.EnsureVolumes(ctx, s.Volumes...); err != nil {
+		return "", err
+	}
 	// --pull never: a missing image fails at once (ErrImageNotFound) and
 	// the sandbox layer pulls it under pull_timeout with progress, instead
 	// of the engine pulling silently inside a create bounded by 4x the

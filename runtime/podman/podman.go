@@ -150,6 +150,9 @@ var rules = []enginecli.Rule{
 	{Fragment: "could not be found on container", Kind: runtime.ErrNoSuchPath}, // cp (4.3)
 	{Fragment: "no such container", Kind: runtime.ErrNotFound},
 	{Fragment: "no container with name or id", Kind: runtime.ErrNotFound},
+	{Fragment: "no such volume", Kind: runtime.ErrNoSuchVolume},        // volume inspect, rm (4.3)
+	{Fragment: "volume already exists", Kind: runtime.ErrVolumeExists}, // volume create (4.3)
+	{Fragment: "volume is being used", Kind: runtime.ErrVolumeInUse},   // volume rm (4.3)
 	{Fragment: "already in use", Kind: runtime.ErrNameInUse},
 	{Fragment: "can only create exec sessions on running containers", Kind: runtime.ErrNotRunning},
 	{Fragment: "image is in use by a container", Kind: runtime.ErrImageInUse}, // image rm (4.3)
