@@ -213,6 +213,7 @@ func Open(ctx context.Context, o Options) (*Client, error) {
 	sc.CopyMaxBytes, _ = config.SizeBytes(o.Config.CopyMaxSize.Value) // validated with the configuration
 	sc.CopyChannelMax, _ = config.SizeBytes(o.Config.CopyChannelMax.Value)
 	sc.SnapshotMaxBytes, _ = config.SizeBytes(o.Config.SnapshotMaxSize.Value)
+	sc.SharedPaths = o.Config.SharedPaths.Value
 	// The in-process channel, with the agent hsbx carries (or the one
 	// named); the command's in its holders.
 	sc.Channel, sc.Agent, sc.NoRecord = o.Config.ExecChannel.Value, o.Config.ExecChannelAgent.Value, o.NoRecord

@@ -12,9 +12,9 @@ import (
 	"github.com/hsbx/hsbx/sandbox"
 )
 
-// PurgeHostDirs never removes the files of a sandbox that exists: a
+// Storage.Purge never removes the files of a sandbox that exists: a
 // sandbox of the key (made meanwhile by another process) keeps them.
-func TestPurgeHostDirsRefusesUnderASandbox(t *testing.T) {
+func TestPurgeRefusesUnderASandbox(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := context.Background()
@@ -53,11 +53,11 @@ func TestPurgeHostDirsRefusesUnderASandbox(t *testing.T) {
 					t.Fatalf("writing into the sandbox's dirs: %d %v", code, err)
 				}
 			}
-			dirs := sb.HostDirs()
+			dirs := sb.Storage().HostDirs()
 			if len(dirs) != 2 {
 				t.Fatalf("host dirs of a persistent sandbox: %q", dirs)
 			}
-			if _, err := sb.PurgeHostDirs(ctx); !errors.Is(err, sandbox.ErrSandboxExists) {
+			if _, err := sb.Storage().Purge(ctx); !errors.Is(err, sandbox.ErrSandboxExists) {
 				t.Fatalf("purge under a live sandbox: %v, want ErrSandboxExists", err)
 			}
 			for _, d := range dirs {
@@ -68,8 +68,8 @@ func TestPurgeHostDirsRefusesUnderASandbox(t *testing.T) {
 			if _, err := sb.Down(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := sb.PurgeHostDirs(ctx); err != nil || len(got) != 2 || len(sb.HostDirs()) != 0 {
-				t.Fatalf("purge after down: %q %v; left %q", got, err, sb.HostDirs())
+			if got, err := sb.Storage().Purge(ctx); err != nil || len(got.Dirs) != 2 || len(sb.Storage().HostDirs()) != 0 {
+				t.Fatalf("purge after down: %q %v; left %q", got.Dirs, err, sb.Storage().HostDirs())
 			}
 		})
 	}

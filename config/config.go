@@ -68,9 +68,14 @@ type Settings struct {
 	// SessionIdle ends a session unused this long (session_idle).
 	PersistentShell Setting[bool]
 	SessionIdle     Setting[time.Duration]
-	Sandbox         SandboxSettings
-	Reaper          ReaperSettings
-	Kubernetes      KubernetesSettings
+	// SharedPaths are host directories a remote engine's machine has
+	// too, at the same paths (shared_paths; env HSBX_SHARED_PATHS,
+	// colon-separated): host paths under them may be bound there.
+	// Podman machine's own mounts of the user's home are known already.
+	SharedPaths Setting[[]string]
+	Sandbox     SandboxSettings
+	Reaper      ReaperSettings
+	Kubernetes  KubernetesSettings
 }
 
 // KubernetesSettings are the [kubernetes] table: where the kubectl runtime
@@ -112,7 +117,12 @@ type SandboxSettings struct {
 	MountCwdToWorkspace    Setting[bool]
 	Persistent             Setting[bool]
 	PersistAcrossProcesses Setting[bool]
-	Timeout                Setting[time.Duration]
+	// Storage is where a persistent sandbox keeps /workspace and /root:
+	// bind (host directories under the state dir), volume (the engine's
+	// named volumes) or auto (bind on this machine's engine, volume on a
+	// remote one); docs/remote.md.
+	Storage Setting[string]
+	Timeout Setting[time.Duration]
 	// OnDrift: what to do with a sandbox made from other settings
 	// (on_drift: warn | recreate | error).
 	OnDrift Setting[string]
@@ -173,6 +183,7 @@ func Defaults() Settings {
 		CopyChannelMax:   Setting[string]{DefaultCopyChannelMax, "default"},
 		SnapshotMaxSize:  Setting[string]{DefaultSnapshotMaxSize, "default"},
 		PersistentShell:  Setting[bool]{true, "default"}, SessionIdle: Setting[time.Duration]{time.Hour, "default"},
+		SharedPaths: Setting[[]string]{[]string{}, "default"},
 		Sandbox: SandboxSettings{
 			Image: Setting[string]{d.Image, "default"}, Cwd: Setting[string]{d.Cwd, "default"},
 			Volumes: Setting[[]string]{[]string{}, "default"}, Env: Setting[map[string]string]{map[string]string{}, "default"},
@@ -187,6 +198,7 @@ func Defaults() Settings {
 			MountCwdToWorkspace: Setting[bool]{d.MountCwdToWorkspace, "default"}, Persistent: Setting[bool]{d.Persistent, "default"},
 			PersistAcrossProcesses: Setting[bool]{d.PersistAcrossProcesses, "default"}, Timeout: Setting[time.Duration]{0, "default"},
 			OnDrift: Setting[string]{string(sandbox.DriftWarn), "default"}, OCIRuntime: Setting[string]{"", "default"},
+			Storage: Setting[string]{sandbox.StorageAuto, "default"},
 		},
 		Reaper: ReaperSettings{
 			OrphanReaper: Setting[bool]{true, "default"}, Lifetime: Setting[time.Duration]{300 * time.Second, "default"},
@@ -229,6 +241,7 @@ func (s *Settings) fields() []field {
 		{key: "snapshot_max_size", env: []string{"HSBX_SNAPSHOT_MAX_SIZE"}, ptr: &s.SnapshotMaxSize},
 		{key: "persistent_shell", env: []string{"TERMINAL_PERSISTENT_SHELL", "HSBX_PERSISTENT_SHELL"}, ptr: &s.PersistentShell},
 		{key: "session_idle", env: []string{"HSBX_SESSION_IDLE"}, ptr: &s.SessionIdle},
+		{key: "shared_paths", env: []string{"HSBX_SHARED_PATHS"}, ptr: &s.SharedPaths, paths: true},
 		{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, flag: "--image", ptr: &sb.Image},
 		{key: "sandbox.cwd", env: []string{"TERMINAL_CWD"}, ptr: &sb.Cwd},
 		{key: "sandbox.volumes", env: []string{"TERMINAL_DOCKER_VOLUMES"}, ptr: &sb.Volumes},
@@ -251,6 +264,7 @@ func (s *Settings) fields() []field {
 		{key: "sandbox.mount_cwd_to_workspace", env: []string{"TERMINAL_DOCKER_MOUNT_CWD_TO_WORKSPACE"}, ptr: &sb.MountCwdToWorkspace},
 		{key: "sandbox.persistent", env: []string{"TERMINAL_CONTAINER_PERSISTENT"}, ptr: &sb.Persistent},
 		{key: "sandbox.persist_across_processes", env: []string{"TERMINAL_DOCKER_PERSIST_ACROSS_PROCESSES"}, ptr: &sb.PersistAcrossProcesses},
+		{key: "sandbox.storage", env: []string{"HSBX_STORAGE"}, ptr: &sb.Storage, enum: sandbox.Storages()},
 		{key: "sandbox.timeout", env: []string{"TERMINAL_TIMEOUT"}, flag: "--timeout", ptr: &sb.Timeout},
 		{key: "sandbox.on_drift", env: []string{"HSBX_ON_DRIFT"}, ptr: &sb.OnDrift, enum: sandbox.DriftPolicies()},
 		{key: "reaper.orphan_reaper", env: []string{"TERMINAL_DOCKER_ORPHAN_REAPER"}, ptr: &r.OrphanReaper},
@@ -365,6 +379,11 @@ func (c *Config) Validate() error {
 			return &Error{Source: s.set.Source, Key: s.key, Msg: fmt.Sprintf("%q is not valid UTF-8; name it in UTF-8 text", s.set.Value)}
 		}
 	}
+	for _, p := range c.SharedPaths.Value {
+		if !filepath.IsAbs(p) {
+			return &Error{Source: c.SharedPaths.Source, Key: "shared_paths", Msg: fmt.Sprintf("%q is not an absolute path; name directories of this machine that the engine's machine has at the same path", p)}
+		}
+	}
 	if n := c.Sandbox.EgressAllow; len(n.Value) > 0 && c.Sandbox.Network.Value != NetworkAllow {
 		return &Error{Source: n.Source, Key: "sandbox.egress_allow", Msg: fmt.Sprintf("an allow-list is set, but network is %s (%s), which does not apply it; set network = allow to enforce it, or remove egress_allow", c.Sandbox.Network.Value, c.Sandbox.Network.Source)}
 	}
@@ -426,7 +445,7 @@ func (c *Config) Spec() sandbox.Spec {
 		CPU: sb.CPU.Value, MemoryMB: sb.Memory.Value, DiskMB: sb.Disk.Value, PidsLimit: sb.PidsLimit.Value,
 		ShmSize: shm, Network: sb.Network.Value == NetworkOn, OCIRuntime: sb.OCIRuntime.Value,
 		RunAsHostUser: sb.RunAsHostUser.Value, MountCwdToWorkspace: sb.MountCwdToWorkspace.Value,
-		Persistent: sb.Persistent.Value, PersistAcrossProcesses: sb.PersistAcrossProcesses.Value,
+		Persistent: sb.Persistent.Value, PersistAcrossProcesses: sb.PersistAcrossProcesses.Value, Storage: sb.Storage.Value,
 		SandboxDir: sb.SandboxDir.Value, SnapCompat: sb.SnapCompat.Value,
 		StorageClass: c.Kubernetes.StorageClass.Value, StorageSize: c.Kubernetes.StorageSize.Value,
 		OnDrift: sandbox.DriftPolicy(sb.OnDrift.Value), Explicit: map[string]bool{},

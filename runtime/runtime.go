@@ -138,7 +138,8 @@ type Volumes interface {
 	// labels, and checks that every one carries them: one that exists
 	// without is an ErrForeignVolume, and nothing is made for it.
 	EnsureVolumes(ctx context.Context, vs ...Volume) error
-	// ListVolumes lists the volumes that carry every one of labels.
+	// ListVolumes lists the volumes that carry every one of labels (an
+	// empty value: the label with any value).
 	ListVolumes(ctx context.Context, labels map[string]string) ([]Volume, error)
 	// RemoveVolumes removes the named volumes and checks with the engine
 	// that they are gone; one a container mounts stays, and the error

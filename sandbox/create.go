@@ -270,6 +270,10 @@ func (s *Sandbox) mounts() (mountPaths, error) {
 		m.Claim = s.key.Name()
 		return m, nil
 	}
+	if s.storage() == StorageVolume {
+		m.Volumes = s.keyVolumes()
+		return m, nil
+	}
 	base := s.hostBase()
 	if base == "" {
 		return m, errors.New("persistent sandboxes need a state directory ($XDG_STATE_HOME or HOME)")

@@ -58,6 +58,9 @@ func (d Door) Check(user string) error {
 	if err := d.s.key.Validate(); err != nil {
 		return err
 	}
+	if err := d.s.checkPlace(); err != nil {
+		return err
+	}
 	return validUser(user)
 }
 

@@ -49,6 +49,9 @@ func (s *Sandbox) ensureFrom(ctx context.Context, known *runtime.Container, forc
 	if err := s.key.Validate(); err != nil {
 		return Result{}, err
 	}
+	if err := s.checkPlace(); err != nil {
+		return Result{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forceRecreate = force

@@ -135,6 +135,9 @@ func (s *Sandbox) exec(ctx context.Context, c Command) (int, error) {
 	if err := s.key.Validate(); err != nil {
 		return -1, err // before the warm path: its marker is under the key's hash
 	}
+	if err := s.checkPlace(); err != nil {
+		return -1, err
+	}
 	if c.WorkDir != "" && !strings.HasPrefix(c.WorkDir, "/") {
 		c.WorkDir = path.Join(s.workDir(), c.WorkDir) // as cp takes a relative path
 	}

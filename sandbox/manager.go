@@ -120,6 +120,10 @@ type Config struct {
 	// CLI's copy_channel_max, 4m by default). The engine makes every other
 	// copy, and any the agent hands back.
 	CopyChannelMax int64
+	// SharedPaths are host directories a remote engine's machine has too,
+	// at the same paths (config shared_paths), added to what the runtime's
+	// Location knows (podman machine's mounts).
+	SharedPaths []string
 	// NoRecord leaves commands out of the record of what ran: by default
 	// every Exec, session run and file operation appends one line to
 	// StateDir/ran.jsonl (internal/record; `hsbx history` shows it).

@@ -261,6 +261,7 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	}
 
 	// Mounts.
+	var volumes []runtime.Volume
 	claimMount := func(dir, target string) string {
 		return "type=volume,source=" + m.Claim + ",target=" + target + ",volume-subpath=" + dir
 	}
@@ -269,6 +270,9 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 		args = append(args, "-v", m.CallerCwd+":/workspace")
 	case len(claims) > 0:
 		args = append(args, "--mount", claimMount("workspace", "/workspace"))
+	case persistent && len(m.Volumes) == 2:
+		args = append(args, "--mount", "type=volume,source="+m.Volumes[0].Name+",target=/workspace")
+		volumes = append(volumes, m.Volumes[0])
 	case persistent:
 		args = append(args, "-v", m.Workspace+":/workspace")
 	default:
@@ -277,6 +281,9 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	switch {
 	case len(claims) > 0:
 		args = append(args, "--mount", claimMount("home", "/root"))
+	case persistent && len(m.Volumes) == 2:
+		args = append(args, "--mount", "type=volume,source="+m.Volumes[1].Name+",target=/root")
+		volumes = append(volumes, m.Volumes[1])
 	case persistent:
 		args = append(args, "-v", m.Home+":/root")
 	default:
@@ -313,7 +320,7 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	}
 	return runtime.RunSpec{
 		Name: name, Labels: labels, Env: env, Args: args,
-		Image: s.Image, Cmd: []string{"sleep", "infinity"}, Claims: claims,
+		Image: s.Image, Cmd: []string{"sleep", "infinity"}, Claims: claims, Volumes: volumes,
 	}, warnings, nil
 }
 

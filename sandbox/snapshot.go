@@ -445,6 +445,9 @@ func (n Snapshots) ForkFrom(ctx context.Context, si SnapshotInfo) (Result, error
 	if err := s.hostDirsEmpty(); err != nil {
 		return Result{}, err
 	}
+	if err := s.volumesFree(ctx); err != nil {
+		return Result{}, err
+	}
 	return s.createFrom(ctx, si)
 }
 

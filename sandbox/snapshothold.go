@@ -119,7 +119,7 @@ func (s *Sandbox) hostDirsEmpty() error {
 	if !s.spec.Persistent || !s.rt().Capabilities().HostDirs {
 		return nil
 	}
-	for _, d := range s.HostDirs() {
+	for _, d := range s.Storage().HostDirs() {
 		ents, err := os.ReadDir(d)
 		if err == nil && len(ents) > 0 {
 			return fmt.Errorf("%w: task %q keeps files in %s; fork into a new task, or remove them (hsbx down --purge --task %s)", ErrSandboxExists, s.key.Task, d, s.key.Task)

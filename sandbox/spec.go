@@ -43,8 +43,13 @@ type Spec struct {
 
 	RunAsHostUser          bool
 	MountCwdToWorkspace    bool
-	Persistent             bool // bind-mounted /workspace and /root per key (else tmpfs)
+	Persistent             bool // /workspace and /root kept per key (else tmpfs), in Storage
 	PersistAcrossProcesses bool // one shared sandbox per key (else one per process)
+	// Storage is where a persistent sandbox's /workspace and /root live
+	// on docker and podman: StorageBind, StorageVolume, or StorageAuto
+	// ("" too): bind where the engine runs on this machine, volume where
+	// it runs on another (runtime.Location).
+	Storage string
 
 	// SandboxDir, when set, holds the persistent dirs in the Hermes
 	// backend's layout (TERMINAL_SANDBOX_DIR: <dir>/docker/<task>/{home,
@@ -76,6 +81,22 @@ type Spec struct {
 	// "pids_limit", "network", "disk", "cwd", ...).
 	Explicit map[string]bool
 }
+
+// Storage values (Spec.Storage).
+const (
+	// StorageAuto is StorageBind on this machine's engine, StorageVolume
+	// on a remote one.
+	StorageAuto = "auto"
+	// StorageBind keeps /workspace and /root in host directories under
+	// the state dir (or SandboxDir), bound into the sandbox.
+	StorageBind = "bind"
+	// StorageVolume keeps them in two named volumes of the engine,
+	// labelled with the key: no host path is bound.
+	StorageVolume = "volume"
+)
+
+// Storages are the accepted values of storage, the default first.
+func Storages() []string { return []string{StorageAuto, StorageBind, StorageVolume} }
 
 // DefaultImage is the image used when none is configured: small, with a
 // shell and a package manager.
@@ -116,7 +137,10 @@ func (h engineHost) limitsIgnored() bool { return h.Rootless && h.CgroupV1 }
 type mountPaths struct {
 	Workspace, Home string // per-key persistent dirs (Spec.Persistent)
 	Claim           string // the key's claim on Kubernetes (Spec.StorageClass)
-	CallerCwd       string // the caller's directory (Spec.MountCwdToWorkspace)
+	// Volumes are the key's named volumes for /workspace and /root, in
+	// that order (storage = volume).
+	Volumes   []runtime.Volume
+	CallerCwd string // the caller's directory (Spec.MountCwdToWorkspace)
 }
 
 // SpecError marks a setting that is malformed or cannot be applied.
@@ -275,6 +299,8 @@ func (s Spec) Validate() error {
 		return &SpecError{"oci_runtime", fmt.Sprintf("%q: want a runtime's name (runsc) or, on podman, an absolute path (/usr/bin/runsc)", s.OCIRuntime)}
 	case s.OCIRuntime != "" && len(flagValues(s.ExtraArgs, "--runtime")) > 0:
 		return &SpecError{"oci_runtime", fmt.Sprintf("extra_args also says --runtime %s; set the runtime in one place (oci_runtime)", flagValues(s.ExtraArgs, "--runtime")[0])}
+	case s.Storage != "" && !slices.Contains(Storages(), s.Storage):
+		return &SpecError{"storage", fmt.Sprintf("%q: want one of %s", s.Storage, strings.Join(Storages(), ", "))}
 	case s.OnDrift != "" && !slices.Contains(DriftPolicies(), string(s.OnDrift)):
 		return &SpecError{"on_drift", fmt.Sprintf("%q: want one of %s", s.OnDrift, strings.Join(DriftPolicies(), ", "))}
 	}

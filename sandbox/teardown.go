@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hsbx/hsbx/internal/egress"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/hsbx/hsbx/internal/egress"
 
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -140,54 +139,6 @@ func (s *Sandbox) teardownSet(ctx context.Context) ([]runtime.Container, error) 
 		}
 	}
 	return out, nil
-}
-
-// HostDirs are the key's persistent host directories that exist now: the
-// /workspace and /root a persistent sandbox mounts (see mounts; none on
-// Kubernetes, where they are the key's claim). Down keeps them, so the
-// next sandbox of the key sees the same files; PurgeHostDirs removes them.
-func (s *Sandbox) HostDirs() []string {
-	base := s.hostBase()
-	if base == "" || !s.rt().Capabilities().HostDirs {
-		return nil
-	}
-	var out []string
-	for _, d := range []string{filepath.Join(base, "workspace"), filepath.Join(base, "home")} {
-		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// ErrSandboxExists says the key has a sandbox (made meanwhile, or never taken
-// down), whose files PurgeHostDirs will not remove under it.
-var ErrSandboxExists = errors.New("the key has a sandbox")
-
-// PurgeHostDirs removes the key's host directories (HostDirs) once the
-// engine shows no sandbox of the key (one engine call): files a sandbox
-// mounts are never removed under it. Links inside are removed, never
-// followed. It returns what it removed.
-func (s *Sandbox) PurgeHostDirs(ctx context.Context) ([]string, error) {
-	dirs := s.HostDirs()
-	if len(dirs) == 0 {
-		return nil, nil
-	}
-	cs, err := s.keyOwned(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if len(cs) > 0 {
-		return nil, fmt.Errorf("%w (%s, %.12s): its files stay; run down again", ErrSandboxExists, cs[0].Name, cs[0].ID)
-	}
-	var removed []string
-	for _, d := range dirs {
-		if err := os.RemoveAll(d); err != nil {
-			return removed, fmt.Errorf("removing %s: %w (files a rootless engine's other users made: podman unshare rm -rf %s)", d, err, d)
-		}
-		removed = append(removed, d)
-	}
-	return removed, nil
 }
 
 // keyOwned lists the key's containers, the ones that mount its host dirs: its

@@ -7,6 +7,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/hsbx/hsbx/config"
+	"github.com/hsbx/hsbx/runtime"
+	"github.com/hsbx/hsbx/runtime/detect"
+	"github.com/hsbx/hsbx/sandbox"
 )
 
 // ConfigCmd prints the effective configuration.
@@ -14,7 +17,8 @@ type ConfigCmd struct {
 	Path bool `help:"Print only the path of the configuration file in use."`
 }
 
-// Run implements the command; it makes no engine call.
+// Run implements the command; it makes no engine call (the client's
+// --version at most, to learn which engine it is).
 func (c *ConfigCmd) Run(ctx context.Context, app *App) error {
 	if c.Path {
 		p := app.Cfg.Path
@@ -47,5 +51,17 @@ func (c *ConfigCmd) Run(ctx context.Context, app *App) error {
 		v, _ := json.Marshal(values[k].V)
 		fmt.Fprintf(w, "%s\t%s\t# %s\n", k, v, values[k].Source)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if found, err := detect.Find(ctx, app.detectOptions()); err == nil {
+		rt := detect.New(found, app.detectOptions())
+		if l, ok := rt.(runtime.Locator); ok {
+			loc := l.Location()
+			loc.Shared = append(loc.Shared, app.Cfg.SharedPaths.Value...)
+			fmt.Fprintf(app.Env.Stdout, "# engine: %s %s, %s\n", found.Dialect, safe(found.Path), safe(loc.String()))
+			fmt.Fprintf(app.Env.Stdout, "# storage: %s\n", storageText(sandbox.StorageAt(app.Cfg.Sandbox.Storage.Value, loc, app.stateDir()), app.Cfg.Sandbox.Storage))
+		}
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/kubectl"
+	"github.com/hsbx/hsbx/sandbox"
 )
 
 // DoctorCmd reports the engine hsbx would drive and whether it works.
@@ -36,6 +37,12 @@ type doctorReport struct {
 	// Kubernetes is the kubectl runtime's context, namespace and
 	// permissions there.
 	Kubernetes *kubeReport `json:"kubernetes,omitempty"`
+	// Location is where docker's or podman's engine runs, from what the
+	// client reads (docs/remote.md); Storage is where a persistent
+	// sandbox's /workspace and /root live there (the storage setting,
+	// resolved).
+	Location *runtime.Location `json:"location,omitempty"`
+	Storage  string            `json:"storage,omitempty"`
 }
 
 type kubeReport struct {
@@ -57,6 +64,12 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 	if err == nil {
 		var info runtime.Info
 		rt := detect.New(found, o)
+		if l, ok := rt.(runtime.Locator); ok {
+			loc := l.Location()
+			loc.Shared = append(loc.Shared, app.Cfg.SharedPaths.Value...)
+			r.Location = &loc
+			r.Storage = sandbox.StorageAt(app.Cfg.Sandbox.Storage.Value, loc, app.stateDir())
+		}
 		info, err = rt.Info(ctx)
 		if err == nil {
 			r.Reachable, r.Rootless, r.Version = true, info.Rootless, info.ServerVersion
@@ -92,6 +105,10 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 		}
 		if r.Reachable {
 			show("engine", r.Version)
+		}
+		if l := r.Location; l != nil {
+			show("engine at", l.String())
+			show("storage", storageText(r.Storage, app.Cfg.Sandbox.Storage))
 		}
 		if r.Reachable {
 			show("rootless", fmt.Sprint(r.Rootless))
@@ -175,4 +192,16 @@ func ociRuntimesText(o runtime.OCIRuntimes) string {
 		text += "; and any runtime by path, or named in containers.conf"
 	}
 	return text
+}
+
+// storageText says where persistent files live and which setting says so.
+func storageText(resolved string, set config.Setting[string]) string {
+	what := "host directories under the state dir, bound into the sandbox"
+	if resolved == sandbox.StorageVolume {
+		what = "the engine's named volumes, labelled with the key"
+	}
+	if set.Value == sandbox.StorageAuto {
+		return fmt.Sprintf("%s: %s (storage = auto, %s: bind on this machine's engine, volume on a remote one)", resolved, what, set.Source)
+	}
+	return fmt.Sprintf("%s: %s (storage = %s, %s)", resolved, what, set.Value, set.Source)
 }

@@ -57,14 +57,18 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	if err != nil {
 		return err
 	}
-	var purged, kept, snaps []string
+	var purged sandbox.Purged
+	var kept, keptVols, snaps []string
 	if c.Purge {
-		if purged, err = sb.PurgeHostDirs(ctx); err != nil {
+		if purged, err = sb.Storage().Purge(ctx); err != nil {
 			return err
 		}
 		snaps = taskSnapshots(ctx, app, sb.Key())
 	} else {
-		kept = sb.HostDirs()
+		kept = sb.Storage().HostDirs()
+		if keptVols, err = sb.Storage().Volumes(ctx); err != nil {
+			app.warn(err.Error())
+		}
 	}
 	if app.G.JSON {
 		ids := []string{}
@@ -72,7 +76,8 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 			ids = append(ids, r.ID)
 		}
 		out := map[string]any{"task": app.Cfg.Task.Value, "profile": app.profile(), "removed": ids,
-			"removed_dirs": nonNil(purged), "kept_dirs": nonNil(kept)}
+			"removed_dirs": nonNil(purged.Dirs), "kept_dirs": nonNil(kept),
+			"removed_volumes": nonNil(purged.Volumes), "kept_volumes": nonNil(keptVols)}
 		if c.Purge {
 			out["kept_snapshots"] = nonNil(snaps)
 		}
@@ -90,11 +95,17 @@ func (c *DownCmd) Run(ctx context.Context, app *App) error {
 	for _, c := range removed.Claims {
 		fmt.Fprintf(app.Env.Stdout, "removed persistent volume claim %s (/workspace and /root)\n", safe(c))
 	}
-	for _, d := range purged {
+	for _, d := range purged.Dirs {
 		fmt.Fprintf(app.Env.Stdout, "removed %s\n", safe(d))
+	}
+	for _, v := range purged.Volumes {
+		fmt.Fprintf(app.Env.Stdout, "removed volume %s\n", safe(v))
 	}
 	if len(kept) > 0 {
 		fmt.Fprintf(app.Env.Stdout, "kept the key's files for its next sandbox: %s (down --purge removes them)\n", safe(strings.Join(kept, ", ")))
+	}
+	if len(keptVols) > 0 {
+		fmt.Fprintf(app.Env.Stdout, "kept the key's volumes for its next sandbox: %s (down --purge removes them)\n", safe(strings.Join(keptVols, ", ")))
 	}
 	if len(snaps) > 0 {
 		fmt.Fprintf(app.Env.Stdout, "kept the snapshots taken of the task (they are the profile's): %s (hsbx snapshot rm removes them)\n", safe(strings.Join(snaps, ", ")))

@@ -328,7 +328,8 @@ var engineKinds = []struct {
 	{runtime.ErrNetworkSetup, "network_setup"}, {runtime.ErrImageNotFound, "image_not_found"},
 	{runtime.ErrRegistryUnreachable, "registry_unreachable"}, {runtime.ErrRegistryTLS, "registry_tls"},
 	{runtime.ErrRegistryAuth, "registry_auth"}, {runtime.ErrPullTimeout, "pull_timeout"},
-	{sandbox.ErrForeignName, "name_taken"}, {runtime.ErrNameInUse, "name_taken"}, {runtime.ErrForeignClaim, "name_taken"},
+	{sandbox.ErrForeignName, "name_taken"}, {runtime.ErrNameInUse, "name_taken"}, {runtime.ErrForeignClaim, "name_taken"}, {runtime.ErrForeignVolume, "name_taken"},
+	{runtime.ErrVolumeInUse, "volume_in_use"},
 	{runtime.ErrNotRunning, "not_running"}, {runtime.ErrPaused, "paused"}, {runtime.ErrNotFound, "gone"},
 	{runtime.ErrBadOutput, "engine_output"}, {runtime.ErrEngine, "engine"},
 }

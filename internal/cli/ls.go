@@ -14,6 +14,7 @@ import (
 // LsCmd lists sandboxes.
 type LsCmd struct {
 	AllProfiles bool `help:"List every profile's sandboxes, not only the current profile's."`
+	Volumes     bool `help:"List the engine volumes that keep the profile's tasks' /workspace and /root (storage = volume) instead: down keeps them, down --purge removes them."`
 }
 
 // Run implements the command.
@@ -21,6 +22,9 @@ func (c *LsCmd) Run(ctx context.Context, app *App) error {
 	cl, err := app.open(ctx)
 	if err != nil {
 		return err
+	}
+	if c.Volumes {
+		return lsVolumes(ctx, app, cl.Manager(), c.AllProfiles)
 	}
 	spec := app.Cfg.Spec()
 	ls, err := cl.Manager().List(ctx, app.Cfg.Scope(), c.AllProfiles, &spec)
@@ -68,4 +72,28 @@ func ago(now, t time.Time) string {
 		return t.Sub(now).Round(time.Second).String() + " ahead (clock skew)"
 	}
 	return d.String() + " ago"
+}
+
+// lsVolumes lists the scope's volumes (ls --volumes).
+func lsVolumes(ctx context.Context, app *App, m *sandbox.Manager, all bool) error {
+	vs, err := m.Volumes(ctx, app.Cfg.Scope(), all)
+	if err != nil {
+		return err
+	}
+	if app.G.JSON {
+		if vs == nil {
+			vs = []sandbox.VolumeListing{}
+		}
+		return json.NewEncoder(app.Env.Stdout).Encode(vs)
+	}
+	w := tabwriter.NewWriter(app.Env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TASK\tPROFILE\tHOLDS\tVOLUME")
+	for _, v := range vs {
+		holds := "/workspace"
+		if v.Holds == "home" {
+			holds = "/root"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", safe(v.Task), safe(v.Profile), holds, safe(v.Name))
+	}
+	return w.Flush()
 }

@@ -150,7 +150,11 @@ func ParseVolumes(out []byte) ([]runtime.Volume, error) {
 func (e *Engine) ListVolumes(ctx context.Context, labels map[string]string) ([]runtime.Volume, error) {
 	args := []string{"volume", "ls", "-q"}
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		args = append(args, "--filter", "label="+k+"="+labels[k])
+		f := "label=" + k
+		if labels[k] != "" {
+			f += "=" + labels[k]
+		}
+		args = append(args, "--filter", f)
 	}
 	res, err := e.call(ctx, OpVolume, args, nil, e.timeout)
 	if err != nil {
@@ -171,7 +175,7 @@ func (e *Engine) ListVolumes(ctx context.Context, labels map[string]string) ([]r
 	}
 	var out []runtime.Volume
 	for _, n := range ns {
-		if v, ok := have[n]; ok && carries(v, runtime.Volume{Labels: labels}) == nil {
+		if v, ok := have[n]; ok && hasLabels(v, labels) {
 			out = append(out, v)
 		}
 	}
@@ -202,4 +206,14 @@ func (e *Engine) RemoveVolumes(ctx context.Context, ns ...string) error {
 		return fmt.Errorf("volumes %s are still there: %w", strings.Join(slices.Sorted(maps.Keys(left)), ", "), rmErr)
 	}
 	return nil
+}
+
+// hasLabels reports whether v carries labels (an empty value: any).
+func hasLabels(v runtime.Volume, labels map[string]string) bool {
+	for k, want := range labels {
+		if got, ok := v.Labels[k]; !ok || want != "" && got != want {
+			return false
+		}
+	}
+	return true
 }
