@@ -8,7 +8,8 @@
 #                  copies, ...), then every fuzz target: before a release, and
 #                  after a change to sessions, snapshots, copies, the channel
 #                  or the reaper
-#   make engines   install and start real Docker Engine and Podman (root, Debian)
+#   make engines   install and start real Docker Engine and Podman (root, Debian),
+#                  and a docker this machine reaches only over ssh
 #   make kube      build (once, cached by version) and start a real single-node
 #                  Kubernetes for the kubectl runtime to come (CI runs its smoke)
 #   make demo      engines if needed, then a sandbox up / exec / ls / down

@@ -3,7 +3,8 @@
 # rootless) on a fresh Debian machine with no container registry, and import a
 # busybox image into each — and an arm64 one, run through qemu-user (binfmt),
 # for sandboxes of another architecture — and gVisor (Debian's runsc), which
-# dockerd knows as the runtime "runsc" and podman runs by its path. Idempotent:
+# dockerd knows as the runtime "runsc" and podman runs by its path — and a
+# dockerd this machine reaches only over ssh (engines-remote.sh). Idempotent:
 # a second run reuses what is there.
 #
 # Everything the engines hold lives under DIR: dockerd's data root, and
@@ -25,6 +26,7 @@ if [ "${1:-}" = --stop ]; then
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   fi
+  bash "$(dirname "${BASH_SOURCE[0]}")/engines-remote.sh" --stop "$dir"
   exit 0
 fi
 
@@ -69,7 +71,8 @@ empty() {
 
 need_pkgs=()
 # zsh: not an engine, but the shell the completion tests load hsbx's code in.
-for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static zsh runsc iproute2; do
+# openssh-server: the engine reached only over ssh (engines-remote.sh).
+for p in podman runc catatonit docker.io busybox-static uidmap slirp4netns fuse-overlayfs qemu-user-static zsh runsc iproute2 openssh-server; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -298,4 +301,7 @@ podman run --rm --network none "$image" true || die "podman (rootful) cannot run
 "$dockercli" run --rm --network none --runtime runsc "$image" true || die "docker cannot run a container under gVisor (runsc)"
 podman run --rm --network none --runtime "$gvisor" "$image" true || die "podman (rootful) cannot run a container under gVisor ($gvisor)"
 "$wrapper" run --rm --network none --runtime "$gvisor" "$image" true || die "podman (rootless) cannot run a container under gVisor ($gvisor)"
+
+# --- docker on "another machine": reached only over ssh ----------------------
+bash "$here/engines-remote.sh" "$dir" >>"$dir/env.sh" || die "the engine reached over ssh did not come up (engines-remote.sh)"
 say "ready: . $dir/env.sh"

@@ -297,6 +297,35 @@ func Targets(t *testing.T) []Target {
 	return ts
 }
 
+// SSH returns the docker engine this machine reaches only over ssh
+// (scripts/engines-remote.sh: HSBX_IT_DOCKER_SSH, the DOCKER_HOST, and
+// HSBX_IT_SSH_PATH, put first on PATH for its key), in a mount namespace
+// of its own: no host path of this machine exists there. Skipped with a
+// note without it, or an error under HSBX_REQUIRE_ENGINES=1 (CI).
+func SSH(t *testing.T) Target {
+	t.Helper()
+	host, path, bin, image := os.Getenv("HSBX_IT_DOCKER_SSH"), os.Getenv("HSBX_IT_SSH_PATH"), os.Getenv("HSBX_IT_DOCKER"), os.Getenv("HSBX_IT_IMAGE")
+	if host == "" || path == "" || bin == "" || image == "" {
+		msg := "the docker engine reached over ssh is not configured (HSBX_IT_DOCKER_SSH, HSBX_IT_SSH_PATH unset): run `make engines` (scripts/engines.sh) and source its env.sh"
+		if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
+			t.Fatalf("%s, but HSBX_REQUIRE_ENGINES=1", msg)
+		}
+		t.Skip(msg)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		switch k, v, _ := strings.Cut(kv, "="); k {
+		case "DOCKER_HOST", "DOCKER_CONTEXT":
+		case "PATH":
+			env = append(env, "PATH="+path+string(os.PathListSeparator)+v)
+		default:
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "DOCKER_HOST="+host)
+	return Target{Name: "docker-ssh", Bin: bin, Image: image, Env: env, StateDir: sharedStateDir(t, false)}
+}
+
 // AnotherStateDir is the state dir of another host on tg's engine (a test
 // of what two hosts do at once): one the engine's user can enter.
 func (tg Target) AnotherStateDir(t *testing.T) string { return sharedStateDir(t, tg.Rootless) }
