@@ -37,6 +37,7 @@ var (
 	// memCommands is how many commands the exec channel's memory check runs.
 	memCommands = flag.Int("mem-commands", 10000, "commands for the exec channel's memory check")
 	snapOnly    = flag.Bool("snapshots-only", false, "measure only the snapshot rows (a quick check; the report has nothing else)")
+	remoteOnly  = flag.Bool("remote-only", false, "measure only the rows of the docker engine reached over ssh (scripts/engines-remote.sh; a quick check)")
 	brokerOnly  = flag.Bool("broker-only", false, "measure only the brokered secret's row (a quick check, e.g. of two builds' -hsbx; the report has nothing else)")
 	small       = flag.Bool("small", false, "the smoke (CI): every big transfer (stdout, stdin, downloads, forwards, snapshots) at a fiftieth of its size, at least 1 MB, and 20 sessions at scale instead of 200; proves the harness end to end, gives no figure to quote")
 	kube        = flag.Bool("kube", false, "also measure the kubectl runtime on the cluster scripts/kube.sh set up (KUBECONFIG, HSBX_IT_KUBECTL)")
@@ -122,7 +123,7 @@ func main() {
 	image := os.Getenv("HSBX_IT_IMAGE")
 	var engines []*engine
 	for _, name := range strings.Split(*only, ",") {
-		if name == "" {
+		if name == "" || *remoteOnly {
 			continue // -engines "" -kube: the cluster only
 		}
 		bin := os.Getenv("HSBX_IT_" + strings.ToUpper(name))
@@ -179,8 +180,11 @@ func main() {
 		b.WriteString(concurrency(ctx, e))
 		cleanup(ctx, e)
 	}
-	if *kube {
+	if *kube && !*remoteOnly {
 		b.WriteString(kubeBench(ctx))
+	}
+	if !*snapOnly && !*brokerOnly {
+		b.WriteString(remoteBench(ctx, image)) // last: it points the process's environment at the remote engine
 	}
 	b.WriteString(foot)
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
