@@ -16,8 +16,9 @@ import (
 	"github.com/hsbx/hsbx/sandbox/files"
 )
 
-// An engine on another machine (docker reached only over ssh, in a mount
-// namespace where no path of this machine exists): a host path setting is
+// An engine on another machine (docker and podman reached only over ssh,
+// each in a mount namespace where no path of this machine exists): a host
+// path setting is
 // refused before any engine call; with storage = auto the sandbox keeps
 // /workspace and /root in the engine's volumes; exec through the channel,
 // a session, copies both ways, the files API, a snapshot and its fork,
@@ -25,11 +26,17 @@ import (
 // engine. One sandbox for the lot: each engine call costs an ssh
 // connection.
 func TestRemoteEngineOverSSH(t *testing.T) {
-	tg := enginetest.SSH(t)
+	for _, tg := range enginetest.SSHTargets(t) {
+		t.Run(tg.Name, func(t *testing.T) { remoteEngine(t, tg) })
+	}
+}
+
+func remoteEngine(t *testing.T, tg enginetest.Target) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	task := fmt.Sprintf("remote-%d", os.Getpid())
-	env := append(append([]string{}, tg.Env...), "HSBX_RUNTIME="+tg.Bin, "HOME="+dir, "XDG_STATE_HOME="+tg.StateDir,
+	// HOME stays the target's: podman's ssh client reads its known_hosts.
+	env := append(append([]string{}, tg.Env...), "HSBX_RUNTIME="+tg.Bin, "XDG_STATE_HOME="+tg.StateDir,
 		"XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "TERMINAL_DOCKER_IMAGE="+tg.Image, "TERMINAL_DOCKER_NETWORK=false",
 		"HSBX_PROFILE=hsbx-remote", "TERMINAL_DOCKER_ORPHAN_REAPER=false")
 	open := func(extra ...string) *hsbx.Client {
@@ -49,7 +56,7 @@ func TestRemoteEngineOverSSH(t *testing.T) {
 	} {
 		_, err := open(bad.env).Sandbox(task).Ensure(ctx)
 		var se *sandbox.SpecError
-		if !errors.As(err, &se) || se.Setting != bad.setting || !strings.Contains(se.Msg, "remote: "+os.Getenv("HSBX_IT_DOCKER_SSH")) {
+		if !errors.As(err, &se) || se.Setting != bad.setting || !strings.Contains(se.Msg, "remote: ssh://hsbxremote@127.0.0.1:") {
 			t.Fatalf("%s on a remote engine: %v, want a refusal of %s naming the engine", bad.env, err, bad.setting)
 		}
 	}

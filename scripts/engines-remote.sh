@@ -16,7 +16,7 @@ set -euo pipefail
 runDir() { printf '/run/hsbx-remote/%s' "$(printf '%s' "$1" | sha256sum | cut -c1-8)"; }
 stop() {
   local d=$1 pid
-  for f in "$(runDir "$d")/dockerd.pid" "$d/remote/sshd.pid"; do
+  for f in "$(runDir "$d")/dockerd.pid" "$(runDir "$d")/podman.pid" "$d/remote/sshd.pid"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
     kill "$pid" 2>/dev/null || true
@@ -136,5 +136,51 @@ if PATH="$ssh/bin:$PATH" DOCKER_HOST=$remote docker run --rm --network none -v "
   die "the remote engine sees this machine's $probe: it is not in a mount namespace of its own"
 fi
 rm -rf "$probe"
+
+# --- podman's service in a namespace of the same kind, over the same sshd ---
+# The podman client speaks ssh itself (Go's, not the ssh binary): the key in
+# CONTAINER_SSHKEY, the host key from $HOME/.ssh/known_hosts of the caller
+# (the tests write it; HSBX_IT_SSH_KNOWN_HOSTS is the line).
+psock="$run/podman.sock"
+pdirect="unix://$psock"
+if ! CONTAINER_HOST=$pdirect podman --remote version >/dev/null 2>&1; then
+  say "starting podman's service in a mount namespace of its own on $psock"
+  pdata=/var/lib/hsbx-remote-podman/$id
+  mkdir -p "$pdata"
+  cp "$dir/containers.conf" "$run/containers.conf"
+  printf '[storage]\ndriver = "overlay"\ngraphroot = "%s/root"\nrunroot = "%s/podman-run"\n' "$pdata" "$run" >"$run/storage.conf"
+  rm -f "$psock"
+  nohup setsid unshare -m --propagation private sh -c '
+    mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs tmpfs /root && mount -t tmpfs tmpfs /home &&
+    exec env CONTAINERS_CONF="$1" CONTAINERS_STORAGE_CONF="$2" podman system service --time=0 "unix://$0"' \
+    "$psock" "$run/containers.conf" "$run/storage.conf" >"$r/podman.log" 2>&1 </dev/null &
+  echo $! >"$run/podman.pid"
+  for _ in $(seq 1 100); do
+    [ -S "$psock" ] && CONTAINER_HOST=$pdirect podman --remote version >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  CONTAINER_HOST=$pdirect podman --remote version >/dev/null 2>&1 || { tail -20 "$r/podman.log" >&2; die "the remote podman service did not come up"; }
+fi
+chgrp "$user" "$psock" && chmod 0660 "$psock"
+CONTAINER_HOST=$pdirect podman --remote image exists "localhost/$image" ||
+  CONTAINER_HOST=$pdirect podman --remote import "$dir/busybox-rootfs.tar" "$image" >/dev/null
+premote="ssh://$user@127.0.0.1:$port$psock"
+known="[127.0.0.1]:$port $(cut -d' ' -f1,2 "$ssh/host_ed25519.pub")"
+phome=$(mktemp -d /tmp/hsbx-remote-home.XXXXXX)
+mkdir -p "$phome/.ssh" && printf '%s\n' "$known" >"$phome/.ssh/known_hosts"
+if ! HOME=$phome CONTAINER_HOST=$premote CONTAINER_SSHKEY="$ssh/id_ed25519" podman run --rm --network none "$image" true; then
+  rm -rf "$phome"
+  die "podman over ssh ($premote) cannot run a container"
+fi
+# The premise again (podman refuses a bind of a path it does not have).
+probe=$(mktemp -d /tmp/hsbx-remote-probe.XXXXXX)
+touch "$probe/here"
+if HOME=$phome CONTAINER_HOST=$premote CONTAINER_SSHKEY="$ssh/id_ed25519" podman run --rm --network none -v "$probe:/p:ro" "$image" test -e /p/here 2>/dev/null; then
+  rm -rf "$probe" "$phome"
+  die "the remote podman sees this machine's $probe: it is not in a mount namespace of its own"
+fi
+rm -rf "$probe" "$phome"
+
 printf 'export HSBX_IT_DOCKER_SSH=%s\nexport HSBX_IT_SSH_PATH=%s\n' "$remote" "$ssh/bin"
-say "ready: docker at $remote (PATH=$ssh/bin:\$PATH)"
+printf "export HSBX_IT_PODMAN_SSH=%s\nexport HSBX_IT_SSH_KEY=%s\nexport HSBX_IT_SSH_KNOWN_HOSTS='%s'\n" "$premote" "$ssh/id_ed25519" "$known"
+say "ready: docker at $remote (PATH=$ssh/bin:\$PATH), podman at $premote"

@@ -297,33 +297,57 @@ func Targets(t *testing.T) []Target {
 	return ts
 }
 
-// SSH returns the docker engine this machine reaches only over ssh
-// (scripts/engines-remote.sh: HSBX_IT_DOCKER_SSH, the DOCKER_HOST, and
-// HSBX_IT_SSH_PATH, put first on PATH for its key), in a mount namespace
-// of its own: no host path of this machine exists there. Skipped with a
-// note without it, or an error under HSBX_REQUIRE_ENGINES=1 (CI).
-func SSH(t *testing.T) Target {
+// SSHTargets are the engines this machine reaches only over ssh
+// (scripts/engines-remote.sh), each in a mount namespace of its own where
+// no host path of this machine exists: docker (HSBX_IT_DOCKER_SSH, with
+// HSBX_IT_SSH_PATH first on PATH for the ssh binary docker runs) and
+// podman (HSBX_IT_PODMAN_SSH, its own ssh client: CONTAINER_SSHKEY and a
+// HOME whose .ssh/known_hosts holds HSBX_IT_SSH_KNOWN_HOSTS). Each has a
+// HOME of its own. Without them the test is skipped with a note, or fails
+// under HSBX_REQUIRE_ENGINES=1 (CI).
+func SSHTargets(t *testing.T) []Target {
 	t.Helper()
-	host, path, bin, image := os.Getenv("HSBX_IT_DOCKER_SSH"), os.Getenv("HSBX_IT_SSH_PATH"), os.Getenv("HSBX_IT_DOCKER"), os.Getenv("HSBX_IT_IMAGE")
-	if host == "" || path == "" || bin == "" || image == "" {
-		msg := "the docker engine reached over ssh is not configured (HSBX_IT_DOCKER_SSH, HSBX_IT_SSH_PATH unset): run `make engines` (scripts/engines.sh) and source its env.sh"
+	dockerHost, path, dockerBin := os.Getenv("HSBX_IT_DOCKER_SSH"), os.Getenv("HSBX_IT_SSH_PATH"), os.Getenv("HSBX_IT_DOCKER")
+	podmanHost, key, known, podmanBin := os.Getenv("HSBX_IT_PODMAN_SSH"), os.Getenv("HSBX_IT_SSH_KEY"), os.Getenv("HSBX_IT_SSH_KNOWN_HOSTS"), os.Getenv("HSBX_IT_PODMAN")
+	image := os.Getenv("HSBX_IT_IMAGE")
+	if dockerHost == "" || path == "" || dockerBin == "" || podmanHost == "" || key == "" || known == "" || podmanBin == "" || image == "" {
+		msg := "the engines reached over ssh are not configured (HSBX_IT_DOCKER_SSH, HSBX_IT_PODMAN_SSH, ... unset): run `make engines` (scripts/engines.sh) and source its env.sh"
 		if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
 			t.Fatalf("%s, but HSBX_REQUIRE_ENGINES=1", msg)
 		}
 		t.Skip(msg)
 	}
-	var env []string
-	for _, kv := range os.Environ() {
-		switch k, v, _ := strings.Cut(kv, "="); k {
-		case "DOCKER_HOST", "DOCKER_CONTEXT":
-		case "PATH":
-			env = append(env, "PATH="+path+string(os.PathListSeparator)+v)
-		default:
-			env = append(env, kv)
+	env := func(home string, set ...string) []string {
+		var out []string
+		for _, kv := range os.Environ() {
+			switch k, v, _ := strings.Cut(kv, "="); k {
+			case "DOCKER_HOST", "DOCKER_CONTEXT", "CONTAINER_HOST", "CONTAINER_CONNECTION", "CONTAINER_SSHKEY", "HOME":
+			case "PATH":
+				out = append(out, "PATH="+path+string(os.PathListSeparator)+v)
+			default:
+				out = append(out, kv)
+			}
 		}
+		return append(append(out, "HOME="+home), set...)
 	}
-	env = append(env, "DOCKER_HOST="+host)
-	return Target{Name: "docker-ssh", Bin: bin, Image: image, Env: env, StateDir: sharedStateDir(t, false)}
+	var ts []Target
+	for _, tg := range []struct {
+		name, bin string
+		set       []string
+	}{
+		{"docker-ssh", dockerBin, []string{"DOCKER_HOST=" + dockerHost}},
+		{"podman-ssh", podmanBin, []string{"CONTAINER_HOST=" + podmanHost, "CONTAINER_SSHKEY=" + key}},
+	} {
+		home := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, ".ssh", "known_hosts"), []byte(known+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, Target{Name: tg.name, Bin: tg.bin, Image: image, Env: env(home, tg.set...), StateDir: sharedStateDir(t, false)})
+	}
+	return ts
 }
 
 // AnotherStateDir is the state dir of another host on tg's engine (a test
