@@ -5,15 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hsbx/hsbx"
 	"github.com/hsbx/hsbx/internal/enginetest"
 	"github.com/hsbx/hsbx/sandbox"
+	"github.com/hsbx/hsbx/sandbox/background"
 	"github.com/hsbx/hsbx/sandbox/files"
+	"github.com/hsbx/hsbx/sandbox/forward"
 )
 
 // An engine on another machine (docker and podman reached only over ssh,
@@ -21,7 +27,8 @@ import (
 // path setting is
 // refused before any engine call; with storage = auto the sandbox keeps
 // /workspace and /root in the engine's volumes; exec through the channel,
-// a session, copies both ways, the files API, a snapshot and its fork,
+// a session, copies both ways, the files API, a background process and a
+// port forward to it, a snapshot and its fork,
 // down and up again, the reaper and down --purge all work as on a local
 // engine. One sandbox for the lot: each engine call costs an ssh
 // connection.
@@ -120,6 +127,37 @@ func remoteEngine(t *testing.T, tg enginetest.Target) {
 	var got bytes.Buffer
 	if err := files.Of(sb).Read(ctx, "/workspace/in.txt", &got, files.Options{}); err != nil || got.String() != "from the host\n" {
 		t.Fatalf("files read: %q %v", got.String(), err)
+	}
+
+	// A port forward: the host port is on this machine, the server in the
+	// sandbox on the engine's (a background process of hsbx's agent).
+	if _, err := background.Of(sb).Start(ctx, sandbox.Command{Argv: []string{"httpd", "-f", "-p", "127.0.0.1:8080", "-h", "/workspace"}}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- forward.Run(fctx, sb, ln, forward.Options{Port: 8080}) }()
+	var body []byte
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/in.txt")
+		if err == nil {
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil && resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET through the forward: %v (%q)", err, body)
+		}
+	}
+	stop()
+	if err := <-done; err != nil || string(body) != "from the host\n" {
+		t.Fatalf("forward: %q, ended with %v", body, err)
 	}
 
 	// A snapshot, and a fork of it with volumes of its own.
