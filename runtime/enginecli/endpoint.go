@@ -2,7 +2,6 @@ package enginecli
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -41,16 +40,12 @@ func dockerContext(env []string) string {
 			return ""
 		}
 	}
-	dir, _ := environ.Lookup(env, "DOCKER_CONFIG")
+	dir := dockerConfigDir(environ.Getter(env))
 	if dir == "" {
-		home, _ := environ.Lookup(env, "HOME")
-		if home == "" {
-			return ""
-		}
-		dir = filepath.Join(home, ".docker")
+		return ""
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil || len(b) > 1<<20 {
+	b, err := readSmall(filepath.Join(dir, "config.json"))
+	if err != nil {
 		return ""
 	}
 	var cfg struct {

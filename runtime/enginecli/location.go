@@ -39,7 +39,7 @@ func Locate(dialect, bin string, env []string, goos string) runtime.Location {
 	}
 	if name != "" && name != "default" {
 		what := fmt.Sprintf("docker context %q (%s)", name, src)
-		host, err := dockerContextHost(dockerConfigDir(get), name)
+		host, err := dockerContextHost(dockerConfigDir(environ.Getter(env)), name)
 		if err != nil {
 			return runtime.Location{Remote: true, Source: what + ", whose endpoint hsbx could not read: " + err.Error()}
 		}
@@ -77,11 +77,13 @@ func redactURL(addr string) string {
 	return u.String()
 }
 
-func dockerConfigDir(get func(string) string) string {
-	if d := get("DOCKER_CONFIG"); d != "" {
+// dockerConfigDir is where the docker client keeps config.json and its
+// contexts: DOCKER_CONFIG, else ~/.docker ("" without either).
+func dockerConfigDir(get func(string) (string, bool)) string {
+	if d, _ := get("DOCKER_CONFIG"); d != "" {
 		return d
 	}
-	if h := get("HOME"); h != "" {
+	if h, _ := get("HOME"); h != "" {
 		return filepath.Join(h, ".docker")
 	}
 	return ""
