@@ -6,6 +6,10 @@
 # an sshd on 127.0.0.1 that lets that user in by key. Called by engines.sh,
 # which installs openssh-server; idempotent.
 #
+# Both run gVisor too: engines.sh's runsc wrapper, copied where their
+# namespaces see it (docker: the runtime "runsc"; podman's remote client
+# cannot choose a runtime, so hsbx refuses oci_runtime there).
+#
 # Usage (as root):  scripts/engines-remote.sh DIR          (start; prints env lines)
 #                   scripts/engines-remote.sh --stop DIR   (stop dockerd and sshd)
 # Afterwards:       HSBX_IT_DOCKER_SSH (the DOCKER_HOST), HSBX_IT_SSH_PATH
@@ -54,6 +58,16 @@ usermod -p '*' "$user" # no password, yet not locked: sshd (without PAM) refuses
 data=/var/lib/hsbx-remote-docker/$id
 sock="$run/docker.sock"
 direct="unix://$sock"
+# gVisor for both engines: engines.sh's wrapper, where the namespaces see it.
+gv=/var/lib/hsbx-remote-gvisor/$id/runsc
+install -D -m 0755 "$dir/gvisor/runsc" "$gv.new" && mv -f "$gv.new" "$gv"
+if DOCKER_HOST=$direct docker version >/dev/null 2>&1 &&
+  ! DOCKER_HOST=$direct docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+  say "restarting the remote dockerd: it runs without the runtime runsc"
+  pid=$(cat "$run/dockerd.pid")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+fi
 if ! DOCKER_HOST=$direct docker version >/dev/null 2>&1; then
   say "starting dockerd in a mount namespace of its own on $sock"
   mkdir -p "$data"
@@ -61,13 +75,21 @@ if ! DOCKER_HOST=$direct docker version >/dev/null 2>&1; then
   nohup setsid unshare -m --propagation private sh -c '
     mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs tmpfs /root && mount -t tmpfs tmpfs /home &&
     exec dockerd --host "unix://$0" --data-root "$1" --exec-root "$2" --pidfile "$3" \
-      --group "$4" --iptables=false --bridge=none' \
-    "$sock" "$data" "$run/exec" "$run/dockerd.pid" "$user" >"$r/dockerd.log" 2>&1 </dev/null &
+      --group "$4" --iptables=false --bridge=none --add-runtime "runsc=$5"' \
+    "$sock" "$data" "$run/exec" "$run/dockerd.pid" "$user" "$gv" >"$r/dockerd.log" 2>&1 </dev/null &
   for _ in $(seq 1 100); do
     DOCKER_HOST=$direct docker version >/dev/null 2>&1 && break
     sleep 0.2
   done
   DOCKER_HOST=$direct docker version >/dev/null 2>&1 || { tail -20 "$r/dockerd.log" >&2; die "the remote dockerd did not come up"; }
+fi
+# --fresh (engines.sh's, passed as HSBX_ENGINES_FRESH=1): empty it first,
+# as engines.sh empties its local engines.
+if [ "${HSBX_ENGINES_FRESH:-}" = 1 ]; then
+  say "emptying the remote dockerd (--fresh)"
+  DOCKER_HOST=$direct docker ps -aq | xargs -r env DOCKER_HOST="$direct" docker rm -f >/dev/null
+  DOCKER_HOST=$direct docker volume ls -q | xargs -r env DOCKER_HOST="$direct" docker volume rm -f >/dev/null
+  DOCKER_HOST=$direct docker image ls -q | sort -u | xargs -r env DOCKER_HOST="$direct" docker rmi -f >/dev/null 2>&1 || true
 fi
 DOCKER_HOST=$direct docker image inspect "$image" >/dev/null 2>&1 ||
   DOCKER_HOST=$direct docker import "$dir/busybox-rootfs.tar" "$image" >/dev/null
@@ -162,6 +184,13 @@ if ! CONTAINER_HOST=$pdirect podman --remote version >/dev/null 2>&1; then
   CONTAINER_HOST=$pdirect podman --remote version >/dev/null 2>&1 || { tail -20 "$r/podman.log" >&2; die "the remote podman service did not come up"; }
 fi
 chgrp "$user" "$psock" && chmod 0660 "$psock"
+if [ "${HSBX_ENGINES_FRESH:-}" = 1 ]; then
+  say "emptying the remote podman (--fresh)"
+  CONTAINER_HOST=$pdirect podman --remote pod rm -af >/dev/null 2>&1 || true
+  CONTAINER_HOST=$pdirect podman --remote rm -af -t 0 >/dev/null
+  CONTAINER_HOST=$pdirect podman --remote volume rm -af >/dev/null
+  CONTAINER_HOST=$pdirect podman --remote image rm -af >/dev/null 2>&1 || true
+fi
 CONTAINER_HOST=$pdirect podman --remote image exists "localhost/$image" ||
   CONTAINER_HOST=$pdirect podman --remote import "$dir/busybox-rootfs.tar" "$image" >/dev/null
 premote="ssh://$user@127.0.0.1:$port$psock"
@@ -182,5 +211,6 @@ fi
 rm -rf "$probe" "$phome"
 
 printf 'export HSBX_IT_DOCKER_SSH=%s\nexport HSBX_IT_SSH_PATH=%s\n' "$remote" "$ssh/bin"
+printf 'export HSBX_IT_GVISOR_DOCKER_SSH=runsc\nexport HSBX_IT_GVISOR_PODMAN_SSH=%s\n' "$gv"
 printf "export HSBX_IT_PODMAN_SSH=%s\nexport HSBX_IT_SSH_KEY=%s\nexport HSBX_IT_SSH_KNOWN_HOSTS='%s'\n" "$premote" "$ssh/id_ed25519" "$known"
 say "ready: docker at $remote (PATH=$ssh/bin:\$PATH), podman at $premote"

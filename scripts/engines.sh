@@ -303,5 +303,5 @@ podman run --rm --network none --runtime "$gvisor" "$image" true || die "podman 
 "$wrapper" run --rm --network none --runtime "$gvisor" "$image" true || die "podman (rootless) cannot run a container under gVisor ($gvisor)"
 
 # --- docker on "another machine": reached only over ssh ----------------------
-bash "$here/engines-remote.sh" "$dir" >>"$dir/env.sh" || die "the engine reached over ssh did not come up (engines-remote.sh)"
+HSBX_ENGINES_FRESH=$fresh bash "$here/engines-remote.sh" "$dir" >>"$dir/env.sh" || die "the engine reached over ssh did not come up (engines-remote.sh)"
 say "ready: . $dir/env.sh"
