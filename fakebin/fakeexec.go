@@ -52,6 +52,12 @@ func (f *fake) exec(args []string) int {
 		return 1
 	}
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + c.ID[:12]}, c.Env...)
+	fileEnv, err := f.envFiles(p.vals["--env-file"])
+	if err != nil {
+		fmt.Fprintln(f.stderr, err)
+		return 125
+	}
+	env = append(env, fileEnv...)
 	for _, e := range append(p.vals["-e"], p.vals["--env"]...) {
 		if k, _, ok := strings.Cut(e, "="); ok && k != "" {
 			env = append(env, e)

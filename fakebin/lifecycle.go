@@ -171,7 +171,11 @@ func (f *fake) run(args []string, createOnly bool) int {
 		k, v, _ := strings.Cut(l, "=")
 		labels[k] = v
 	}
-	var env []string
+	env, err := f.envFiles(p.vals["--env-file"])
+	if err != nil {
+		fmt.Fprintln(f.stderr, err)
+		return 125
+	}
 	for _, e := range append(p.vals["--env"], p.vals["-e"]...) {
 		if k, _, ok := strings.Cut(e, "="); ok && k != "" {
 			env = append(env, e)
@@ -205,7 +209,7 @@ func (f *fake) run(args []string, createOnly bool) int {
 	}
 	var clash *Container
 	startFailed := false
-	err := f.st.update(func(st *State) error {
+	err = f.st.update(func(st *State) error {
 		if c.Name != "" {
 			if clash = st.find(c.Name); clash != nil && clash.Name == c.Name {
 				return errNameInUse

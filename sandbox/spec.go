@@ -191,34 +191,17 @@ func validSize(s string) bool {
 
 // Sandbox env values travel in the engine client's environment (name-only
 // "-e NAME" on argv), so a value for a variable the client itself reads
-// would steer the client: where it connects, which binary or library it
-// loads, which certificates it trusts. steersClient names them: exact names
-// and prefixes of the docker and podman clients, the Go runtime and the
-// dynamic loader.
-var clientVarNames = map[string]bool{
-	"PATH": true, "HOME": true, "TMPDIR": true, "USER": true, "XDG_RUNTIME_DIR": true, "XDG_CONFIG_HOME": true,
-	"XDG_DATA_HOME": true, "XDG_CACHE_HOME": true, "XDG_STATE_HOME": true, "SSL_CERT_FILE": true, "SSL_CERT_DIR": true,
-	"GODEBUG": true, "GOTRACEBACK": true, "GOMAXPROCS": true, "GOGC": true, "GOMEMLIMIT": true,
-	"DBUS_SESSION_BUS_ADDRESS": true, "NOTIFY_SOCKET": true, "REGISTRY_AUTH_FILE": true,
-}
-
-var clientVarPrefixes = []string{"DOCKER_", "CONTAINER_", "CONTAINERS_", "_CONTAINERS_", "PODMAN_", "BUILDAH_", "STORAGE_", "LD_", "SSH_"}
-
-// proxyVars steer the client only when it talks to its engine over a
-// network (tcp:// or ssh:// endpoint, or a context hsbx cannot see into).
-var proxyVars = map[string]bool{"HTTP_PROXY": true, "HTTPS_PROXY": true, "ALL_PROXY": true, "NO_PROXY": true,
-	"http_proxy": true, "https_proxy": true, "all_proxy": true, "no_proxy": true}
-
+// would steer the client (runtime.ClientReads; the proxy variables when it
+// talks to its engine over a network: a tcp:// or ssh:// endpoint, or a
+// context hsbx cannot see into). The docker and podman runtime passes
+// such names in an env file, so what hsbx sets itself (network = allow's
+// proxies) never steers the client; a value the user gives for one is
+// still refused here unless the client has the same.
 func steersClient(name string, getenv func(string) (string, bool)) bool {
-	if clientVarNames[name] {
+	if runtime.ClientReads(name) {
 		return true
 	}
-	for _, p := range clientVarPrefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	if proxyVars[name] {
+	if runtime.ProxyVar(name) {
 		for _, ep := range []string{"DOCKER_HOST", "CONTAINER_HOST"} {
 			if v, _ := getenv(ep); v != "" && !strings.HasPrefix(v, "unix://") && !strings.HasPrefix(v, "npipe://") {
 				return true

@@ -53,6 +53,9 @@ type Cmd struct {
 	// "created", and removing that record leaks the process (measured on
 	// 4.3); given SIGTERM it finishes the run. Zero: SIGKILL at once.
 	Graceful time.Duration
+	// Files are open files the child gets as fd 3, 4, ... (what it reads
+	// at /dev/fd/3): data for it that is never on disk or in argv.
+	Files []*os.File
 }
 
 // Result is what a finished process left behind.
@@ -118,6 +121,7 @@ func (r *Runner) Run(ctx context.Context, c Cmd) (Result, error) {
 		cmd.Env = []string{}
 	}
 	cmd.Stdin = c.Stdin
+	cmd.ExtraFiles = c.Files
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = r.WaitDelay
 	if cmd.WaitDelay == 0 {

@@ -143,7 +143,10 @@ func TestExec(t *testing.T) {
 	each(t, func(t *testing.T, tg target, rt runtime.Runtime, prefix string) {
 		ctx := context.Background()
 		spec := sandbox(tg, prefix, "x")
-		spec.Env = map[string]string{"HSBX_CT_SECRET": "s3cr3t-run"}
+		// Names the engine's client reads too: the sandbox gets them, the
+		// client keeps its own (its engine, its PATH and HOME, no proxy).
+		nowhere := "unix:///hsbx-nowhere.sock"
+		spec.Env = map[string]string{"HSBX_CT_SECRET": "s3cr3t-run", "DOCKER_HOST": nowhere, "CONTAINER_HOST": nowhere, "KUBECONFIG": "/hsbx-nowhere"}
 		id, err := rt.Run(ctx, spec)
 		if err != nil {
 			t.Fatal(err)
@@ -167,6 +170,12 @@ func TestExec(t *testing.T) {
 		code, out, _, err = exec(map[string]string{"HSBX_CT_EXEC": "s3cr3t-exec"}, "sh", "-c", "echo $HSBX_CT_SECRET $HSBX_CT_EXEC")
 		if err != nil || code != 0 || out != "s3cr3t-run s3cr3t-exec\n" {
 			t.Errorf("env: %d %q %v", code, out, err)
+		}
+		theirs := map[string]string{"PATH": "/hsbx-nowhere:/usr/bin:/bin", "HOME": "/hsbx-home", "ALL_PROXY": "http://127.0.0.1:9",
+			"https_proxy": "http://127.0.0.1:9", "SSL_CERT_FILE": "/hsbx-nowhere.pem", "XDG_RUNTIME_DIR": "/hsbx-nowhere"}
+		code, out, errOut, err = exec(theirs, "sh", "-c", "echo $DOCKER_HOST $CONTAINER_HOST $KUBECONFIG; echo $PATH $HOME $ALL_PROXY $https_proxy $SSL_CERT_FILE $XDG_RUNTIME_DIR")
+		if want := nowhere + " " + nowhere + " /hsbx-nowhere\n/hsbx-nowhere:/usr/bin:/bin /hsbx-home http://127.0.0.1:9 http://127.0.0.1:9 /hsbx-nowhere.pem /hsbx-nowhere\n"; err != nil || code != 0 || out != want {
+			t.Errorf("variables the client reads too: %d %q (stderr %q) %v, want %q", code, out, errOut, err, want)
 		}
 		// A command the runtime cannot start: the shell's status (docker
 		// says 126 for all) and, from the engines, the exec channel's words

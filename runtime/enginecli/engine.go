@@ -161,9 +161,14 @@ func (e *Engine) Endpoint() string {
 }
 
 // call runs one engine command and classifies a non-zero exit.
-func (e *Engine) call(ctx context.Context, op Op, args []string, env map[string]string, timeout time.Duration) (proc.Result, error) {
+func (e *Engine) call(ctx context.Context, op Op, args []string, timeout time.Duration) (proc.Result, error) {
+	return e.callWith(ctx, op, args, sandboxEnv{}, timeout)
+}
+
+// callWith is call with a sandbox's variables as passEnv parted them.
+func (e *Engine) callWith(ctx context.Context, op Op, args []string, env sandboxEnv, timeout time.Duration) (proc.Result, error) {
 	argv := append([]string{e.bin}, args...)
-	c := proc.Cmd{Argv: argv, Env: e.clientEnv(env), Timeout: timeout}
+	c := proc.Cmd{Argv: argv, Env: e.clientEnv(env.client), Timeout: timeout, Files: env.files}
 	if op == OpRun {
 		c.Graceful = e.d.RunGrace()
 	}
@@ -240,7 +245,7 @@ func (e *Engine) List(ctx context.Context, o runtime.ListOptions) ([]runtime.Con
 	if o.Name != "" {
 		args = append(args, "--filter", "name="+o.Name)
 	}
-	res, err := e.call(ctx, OpPS, args, nil, e.timeout)
+	res, err := e.call(ctx, OpPS, args, e.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +262,7 @@ func (e *Engine) Inspect(ctx context.Context, ids ...string) ([]runtime.Containe
 		return nil, nil
 	}
 	args := append([]string{"container", "inspect"}, ids...)
-	res, callErr := e.call(ctx, OpInspect, args, nil, e.timeout)
+	res, callErr := e.call(ctx, OpInspect, args, e.timeout)
 	if callErr != nil && !errors.Is(callErr, runtime.ErrNotFound) {
 		return nil, callErr
 	}
@@ -330,11 +335,16 @@ func (e *Engine) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
 		args = append(args, "--label", k+"="+s.Labels[k])
 	}
-	args = append(args, envArgs(s.Env)...)
+	pe, err := passEnv(s.Env)
+	if err != nil {
+		return "", err
+	}
+	defer pe.done()
+	args = append(args, pe.args...)
 	args = append(args, s.Args...)
 	args = append(args, s.Image)
 	args = append(args, s.Cmd...)
-	res, err := e.call(ctx, OpRun, args, s.Env, 4*e.timeout)
+	res, err := e.callWith(ctx, OpRun, args, pe, 4*e.timeout)
 	if err != nil {
 		return "", err
 	}
@@ -345,30 +355,22 @@ func (e *Engine) Run(ctx context.Context, s runtime.RunSpec) (string, error) {
 	return id, nil
 }
 
-func envArgs(env map[string]string) []string {
-	var args []string
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		args = append(args, "-e", k)
-	}
-	return args
-}
-
 // Start implements runtime.Runtime.
 func (e *Engine) Start(ctx context.Context, id string) error {
-	_, err := e.call(ctx, OpStart, []string{"start", id}, nil, e.timeout)
+	_, err := e.call(ctx, OpStart, []string{"start", id}, e.timeout)
 	return err
 }
 
 // Stop implements runtime.Runtime.
 func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error {
 	secs := int((grace + time.Second - 1) / time.Second)
-	_, err := e.call(ctx, OpStop, []string{"stop", "-t", strconv.Itoa(secs), id}, nil, e.timeout+grace)
+	_, err := e.call(ctx, OpStop, []string{"stop", "-t", strconv.Itoa(secs), id}, e.timeout+grace)
 	return err
 }
 
 // Unpause implements runtime.Runtime.
 func (e *Engine) Unpause(ctx context.Context, id string) error {
-	_, err := e.call(ctx, OpUnpause, []string{"unpause", id}, nil, e.timeout)
+	_, err := e.call(ctx, OpUnpause, []string{"unpause", id}, e.timeout)
 	return err
 }
 
@@ -403,7 +405,7 @@ func (e *Engine) RemoveStorage(ctx context.Context, name string) (bool, error) {
 	if e.Dialect() != runtime.Podman {
 		return false, fmt.Errorf("%w: %s keeps no storage-only containers", runtime.ErrUnsupported, e.Dialect())
 	}
-	res, err := e.call(ctx, OpRemove, []string{"rm", "--storage", name}, nil, e.timeout)
+	res, err := e.call(ctx, OpRemove, []string{"rm", "--storage", name}, e.timeout)
 	var ee *runtime.EngineError
 	if errors.As(err, &ee) && e.onlyNotFound(ee.Stderr) {
 		return false, nil
@@ -421,7 +423,7 @@ func (e *Engine) remove(ctx context.Context, force bool, ids []string) (map[stri
 		args = append(args, "-f")
 	}
 	args = append(args, ids...)
-	res, err := e.call(ctx, OpRemove, args, nil, e.timeout)
+	res, err := e.call(ctx, OpRemove, args, e.timeout)
 	echoed := map[string]bool{}
 	for _, f := range strings.Fields(string(res.Stdout)) {
 		echoed[f] = true

@@ -33,13 +33,18 @@ func (e *Engine) Exec(ctx context.Context, s runtime.ExecSpec) (int, error) {
 	if s.User != "" {
 		args = append(args, "-u", s.User)
 	}
-	args = append(args, envArgs(s.Env)...)
+	pe, err := passEnv(s.Env)
+	if err != nil {
+		return -1, err
+	}
+	defer pe.done()
+	args = append(args, pe.args...)
 	args = append(args, s.ID)
 	args = append(args, s.Cmd...)
 	argv := append([]string{e.bin}, args...)
 	var stderr *HoldWriter
 	var holds []*startHold // stdout, stderr
-	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(s.Env), Stdin: s.Stdin, Timeout: s.Timeout}
+	cmd := proc.Cmd{Argv: argv, Env: e.clientEnv(pe.client), Stdin: s.Stdin, Timeout: s.Timeout, Files: pe.files}
 	// (Not on a terminal: the client needs its own stdout there, and the
 	// runtime's line is one the user reads anyway.)
 	if s.Stdout != nil && (s.TTY || s.StdoutDirect) {
@@ -124,7 +129,7 @@ func (e *Engine) LiveExecs(ctx context.Context, c runtime.Container) ([]string, 
 	}
 	var live []string
 	for _, id := range c.ExecIDs {
-		res, err := e.call(ctx, OpCleanup, []string{"container", "cleanup", "--exec", id, c.ID}, nil, e.timeout)
+		res, err := e.call(ctx, OpCleanup, []string{"container", "cleanup", "--exec", id, c.ID}, e.timeout)
 		switch {
 		case err == nil:
 			continue // not running: a stale session

@@ -14,7 +14,7 @@ import (
 // Version implements runtime.Runtime. When the engine is unreachable the
 // client version is still returned, with an error wrapping ErrUnreachable.
 func (e *Engine) Version(ctx context.Context) (runtime.Version, error) {
-	res, err := e.call(ctx, OpVersion, []string{"version", "--format", "{{json .}}"}, nil, e.timeout)
+	res, err := e.call(ctx, OpVersion, []string{"version", "--format", "{{json .}}"}, e.timeout)
 	if err != nil && !errors.Is(err, runtime.ErrUnreachable) {
 		return runtime.Version{}, err
 	}
@@ -31,7 +31,7 @@ func (e *Engine) Version(ctx context.Context) (runtime.Version, error) {
 // Info implements runtime.Runtime.
 func (e *Engine) Info(ctx context.Context) (runtime.Info, error) {
 	args := []string{"info", "--format", e.d.InfoFormat()}
-	res, err := e.call(ctx, OpInfo, args, nil, e.timeout)
+	res, err := e.call(ctx, OpInfo, args, e.timeout)
 	if err != nil {
 		return runtime.Info{}, err
 	}

@@ -19,7 +19,7 @@ import (
 
 // InspectImage implements runtime.Runtime.
 func (e *Engine) InspectImage(ctx context.Context, ref string) (runtime.Image, error) {
-	res, err := e.call(ctx, OpImage, []string{"image", "inspect", ref}, nil, e.timeout)
+	res, err := e.call(ctx, OpImage, []string{"image", "inspect", ref}, e.timeout)
 	if err != nil {
 		return runtime.Image{}, err
 	}
@@ -54,7 +54,7 @@ func (e *Engine) Commit(ctx context.Context, s runtime.CommitSpec) (string, erro
 		args = append(args, "--change", "ENV "+k+`=""`)
 	}
 	args = append(args, s.ID, s.Ref)
-	res, err := e.call(ctx, OpCommit, args, nil, 4*e.timeout)
+	res, err := e.call(ctx, OpCommit, args, 4*e.timeout)
 	if err != nil {
 		return "", err
 	}
@@ -71,7 +71,7 @@ func (e *Engine) Images(ctx context.Context, labels ...string) ([]runtime.Image,
 	for _, l := range labels {
 		args = append(args, "--filter", "label="+l)
 	}
-	res, err := e.call(ctx, OpImages, args, nil, e.timeout)
+	res, err := e.call(ctx, OpImages, args, e.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (e *Engine) Images(ctx context.Context, labels ...string) ([]runtime.Image,
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	res, err = e.call(ctx, OpImage, append([]string{"image", "inspect"}, ids...), nil, e.timeout)
+	res, err = e.call(ctx, OpImage, append([]string{"image", "inspect"}, ids...), e.timeout)
 	if err != nil && !errors.Is(err, runtime.ErrImageNotFound) {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func (e *Engine) Images(ctx context.Context, labels ...string) ([]runtime.Image,
 func (e *Engine) RemoveImages(ctx context.Context, ids ...string) error {
 	var errs []error
 	for _, id := range ids {
-		if _, err := e.call(ctx, OpImageRm, []string{"image", "rm", id}, nil, e.timeout); err != nil && !errors.Is(err, runtime.ErrImageNotFound) {
+		if _, err := e.call(ctx, OpImageRm, []string{"image", "rm", id}, e.timeout); err != nil && !errors.Is(err, runtime.ErrImageNotFound) {
 			errs = append(errs, err)
 		}
 	}

@@ -52,7 +52,7 @@ func (e *Engine) EnsureVolumes(ctx context.Context, vs ...runtime.Volume) error 
 			for _, k := range slices.Sorted(maps.Keys(v.Labels)) {
 				args = append(args, "--label", k+"="+v.Labels[k])
 			}
-			_, err := e.call(ctx, OpVolume, append(args, v.Name), nil, e.timeout)
+			_, err := e.call(ctx, OpVolume, append(args, v.Name), e.timeout)
 			if errors.Is(err, runtime.ErrVolumeExists) {
 				err = nil // another process made it meanwhile: judged below
 			}
@@ -100,7 +100,7 @@ func names(vs []runtime.Volume) []string {
 // inspectVolumes is the named volumes that exist, by name: both engines
 // print those they found and fail naming one that is missing.
 func (e *Engine) inspectVolumes(ctx context.Context, ns []string) (map[string]runtime.Volume, error) {
-	res, err := e.call(ctx, OpVolume, append([]string{"volume", "inspect"}, ns...), nil, e.timeout)
+	res, err := e.call(ctx, OpVolume, append([]string{"volume", "inspect"}, ns...), e.timeout)
 	if err != nil && !errors.Is(err, runtime.ErrNoSuchVolume) {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (e *Engine) ListVolumes(ctx context.Context, labels map[string]string) ([]r
 		}
 		args = append(args, "--filter", f)
 	}
-	res, err := e.call(ctx, OpVolume, args, nil, e.timeout)
+	res, err := e.call(ctx, OpVolume, args, e.timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +188,7 @@ func (e *Engine) RemoveVolumes(ctx context.Context, ns ...string) error {
 	if len(ns) == 0 {
 		return nil
 	}
-	_, rmErr := e.call(ctx, OpVolume, append([]string{"volume", "rm"}, ns...), nil, e.timeout)
+	_, rmErr := e.call(ctx, OpVolume, append([]string{"volume", "rm"}, ns...), e.timeout)
 	if rmErr != nil && !errors.Is(rmErr, runtime.ErrNoSuchVolume) {
 		if errors.Is(rmErr, runtime.ErrVolumeInUse) {
 			return fmt.Errorf("removing volumes %s: %w", strings.Join(ns, ", "), rmErr)
