@@ -17,6 +17,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	goruntime "runtime"
+	"strings"
 	"time"
 
 	"github.com/hsbx/hsbx/config"
@@ -24,6 +26,7 @@ import (
 	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/internal/privdir"
 	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/sshshare"
 	"github.com/hsbx/hsbx/reaper"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
@@ -72,6 +75,21 @@ type Options struct {
 	// Command is the hsbx command's own wiring; a program embedding the
 	// package leaves it nil.
 	Command *CommandWiring
+	// SSHStandIn is an executable that stands in for ssh (a program that
+	// calls ServeSSHStandIn first in main: its os.Executable()), so that
+	// the docker client's calls to an engine it reaches over ssh share
+	// one connection (ssh_share); "" = a connection per call.
+	SSHStandIn string
+}
+
+// ServeSSHStandIn runs the program as the ssh stand-in Options.SSHStandIn
+// names, when it was started as one, and exits with ssh's status;
+// otherwise it returns at once. A program that names itself in
+// Options.SSHStandIn calls it first in main.
+func ServeSSHStandIn() {
+	if sshshare.Invoked(os.Args[0], os.Getenv) {
+		os.Exit(sshshare.Main(os.Args[1:]))
+	}
 }
 
 // CommandWiring is how the hsbx command wires the library for its
@@ -145,7 +163,7 @@ func (o Options) detect() detect.Options {
 	d := detect.Options{
 		LookPath:   func(name string) (string, error) { return proc.LookPathIn(name, path) },
 		CacheDir:   o.CacheDir,
-		Engine:     enginecli.Options{Logger: o.Logger, Env: o.Environ, Timeout: o.Config.EngineTimeout.Value},
+		Engine:     enginecli.Options{Logger: o.Logger, Env: o.engineEnv(), Timeout: o.Config.EngineTimeout.Value},
 		Kubernetes: kubectl.Target{Context: o.Config.Kubernetes.Context.Value, Namespace: o.Config.Kubernetes.Namespace.Value},
 		Known:      o.Config.KnownPaths.Value,
 	}
@@ -153,6 +171,25 @@ func (o Options) detect() detect.Options {
 		d.Runtime, d.RuntimeSource = rt.Value, rt.Source
 	}
 	return d
+}
+
+// engineEnv is the engine client's environment: Environ, with the ssh
+// stand-in first on PATH when the docker client reaches its engine over
+// ssh and ssh_share is on (internal/sshshare; a reason it cannot be is
+// logged, and each call makes its own connection).
+func (o Options) engineEnv() []string {
+	share := o.Config.SSHShare.Value
+	if o.SSHStandIn == "" || share <= 0 || goruntime.GOOS == "windows" {
+		return o.Environ
+	}
+	if loc := enginecli.Locate("docker", "", o.Environ, goruntime.GOOS); !strings.HasPrefix(loc.Address, "ssh://") {
+		return o.Environ
+	}
+	env, err := sshshare.Env(o.Environ, o.SSHStandIn, o.StateDir, share)
+	if err != nil {
+		o.Logger.Info("ssh_share: each docker call makes its own ssh connection", "reason", err.Error())
+	}
+	return env
 }
 
 // ErrUnsafeDir says a state or cache directory (or one above it) could be

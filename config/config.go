@@ -73,9 +73,13 @@ type Settings struct {
 	// colon-separated): host paths under them may be bound there.
 	// Podman machine's own mounts of the user's home are known already.
 	SharedPaths Setting[[]string]
-	Sandbox     SandboxSettings
-	Reaper      ReaperSettings
-	Kubernetes  KubernetesSettings
+	// SSHShare: the hsbx command's docker calls to an engine reached over
+	// ssh share one ssh connection, kept this long after its last use
+	// (ssh_share; env HSBX_SSH_SHARE; 0 = a connection per call).
+	SSHShare   Setting[time.Duration]
+	Sandbox    SandboxSettings
+	Reaper     ReaperSettings
+	Kubernetes KubernetesSettings
 }
 
 // KubernetesSettings are the [kubernetes] table: where the kubectl runtime
@@ -183,7 +187,7 @@ func Defaults() Settings {
 		CopyChannelMax:   Setting[string]{DefaultCopyChannelMax, "default"},
 		SnapshotMaxSize:  Setting[string]{DefaultSnapshotMaxSize, "default"},
 		PersistentShell:  Setting[bool]{true, "default"}, SessionIdle: Setting[time.Duration]{time.Hour, "default"},
-		SharedPaths: Setting[[]string]{[]string{}, "default"},
+		SharedPaths: Setting[[]string]{[]string{}, "default"}, SSHShare: Setting[time.Duration]{2 * time.Minute, "default"},
 		Sandbox: SandboxSettings{
 			Image: Setting[string]{d.Image, "default"}, Cwd: Setting[string]{d.Cwd, "default"},
 			Volumes: Setting[[]string]{[]string{}, "default"}, Env: Setting[map[string]string]{map[string]string{}, "default"},
@@ -242,6 +246,7 @@ func (s *Settings) fields() []field {
 		{key: "persistent_shell", env: []string{"TERMINAL_PERSISTENT_SHELL", "HSBX_PERSISTENT_SHELL"}, ptr: &s.PersistentShell},
 		{key: "session_idle", env: []string{"HSBX_SESSION_IDLE"}, ptr: &s.SessionIdle},
 		{key: "shared_paths", env: []string{"HSBX_SHARED_PATHS"}, ptr: &s.SharedPaths, paths: true},
+		{key: "ssh_share", env: []string{"HSBX_SSH_SHARE"}, ptr: &s.SSHShare},
 		{key: "sandbox.image", env: []string{"TERMINAL_DOCKER_IMAGE"}, flag: "--image", ptr: &sb.Image},
 		{key: "sandbox.cwd", env: []string{"TERMINAL_CWD"}, ptr: &sb.Cwd},
 		{key: "sandbox.volumes", env: []string{"TERMINAL_DOCKER_VOLUMES"}, ptr: &sb.Volumes},

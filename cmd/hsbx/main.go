@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/hsbx/hsbx"
 	"github.com/hsbx/hsbx/internal/agent"
 	"github.com/hsbx/hsbx/internal/agentapi"
 	"github.com/hsbx/hsbx/internal/cli"
@@ -33,6 +34,9 @@ func run() int {
 		}
 		return code
 	}
+	// The docker client's ssh, when hsbx shares one connection for its
+	// calls (ssh_share): it becomes the real ssh.
+	hsbx.ServeSSHStandIn()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	// Installing the handlers takes a quarter of a millisecond (the
@@ -51,9 +55,10 @@ func run() int {
 		os.Exit(128 + int(s.(syscall.Signal)))
 	}()
 	cwd, _ := os.Getwd()
+	self, _ := os.Executable()
 	return cli.Main(ctx, cli.Env{
 		Args: os.Args[1:], Environ: os.Environ(), Cwd: cwd,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		Ready: ready,
+		Ready: ready, SSHStandIn: self,
 	})
 }

@@ -148,6 +148,10 @@ type Env struct {
 	// warm exec's command handed to its holder goes first: a holder kills
 	// the command of a client that goes away.
 	Ready <-chan struct{}
+	// SSHStandIn is this binary when its main serves as the ssh stand-in
+	// (hsbx.ServeSSHStandIn): ssh_share's connection sharing; "" = none
+	// (a test binary that embeds the CLI).
+	SSHStandIn string
 }
 
 // awaitReady waits for the process's signal handlers (see Ready).
@@ -200,9 +204,10 @@ func (a *App) options() hsbx.Options {
 	return hsbx.Options{
 		Config: a.Cfg, Environ: a.Env.Environ, Cwd: a.Env.Cwd, Logger: a.Log,
 		StateDir: a.stateDir(), CacheDir: a.cacheDir(),
-		Warn:    a.warn,
-		Command: a.wiring(),
-		OnPull:  a.onPull,
+		Warn:       a.warn,
+		Command:    a.wiring(),
+		OnPull:     a.onPull,
+		SSHStandIn: a.Env.SSHStandIn,
 	}
 }
 

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hsbx/hsbx/config"
+	"github.com/hsbx/hsbx/internal/environ"
+	"github.com/hsbx/hsbx/internal/sshshare"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/kubectl"
@@ -43,6 +46,9 @@ type doctorReport struct {
 	// resolved).
 	Location *runtime.Location `json:"location,omitempty"`
 	Storage  string            `json:"storage,omitempty"`
+	// SSHShare says whether docker's calls to an engine over ssh share
+	// one connection (ssh_share), and where its socket is.
+	SSHShare string `json:"ssh_share,omitempty"`
 }
 
 type kubeReport struct {
@@ -69,6 +75,9 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 			loc.Shared = append(loc.Shared, app.Cfg.SharedPaths.Value...)
 			r.Location = &loc
 			r.Storage = sandbox.StorageAt(app.Cfg.Sandbox.Storage.Value, loc, app.stateDir())
+			if found.Dialect == runtime.Docker && strings.HasPrefix(loc.Address, "ssh://") {
+				r.SSHShare = sshShareText(o.Engine.Env, app.Cfg.SSHShare.Value)
+			}
 		}
 		info, err = rt.Info(ctx)
 		if err == nil {
@@ -109,6 +118,7 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 		if l := r.Location; l != nil {
 			show("engine at", l.String())
 			show("storage", storageText(r.Storage, app.Cfg.Sandbox.Storage))
+			show("ssh share", r.SSHShare)
 		}
 		if r.Reachable {
 			show("rootless", fmt.Sprint(r.Rootless))
@@ -204,4 +214,16 @@ func storageText(resolved string, set config.Setting[string]) string {
 		return fmt.Sprintf("%s: %s (storage = auto, %s: bind on this machine's engine, volume on a remote one)", resolved, what, set.Source)
 	}
 	return fmt.Sprintf("%s: %s (storage = %s, %s)", resolved, what, set.Value, set.Source)
+}
+
+// sshShareText says whether the engine client's environment has the ssh
+// stand-in (internal/sshshare), and for how long its connection stays.
+func sshShareText(env []string, keep time.Duration) string {
+	if dir, ok := environ.Lookup(env, sshshare.EnvControl); ok {
+		return fmt.Sprintf("one ssh connection for docker's calls, kept %s after its last use (ssh_share; socket in %s)", keep, dir)
+	}
+	if keep <= 0 {
+		return "off: an ssh connection per call (ssh_share = 0)"
+	}
+	return "off: an ssh connection per call (the stand-in could not be set up: --log-level info says why)"
 }
