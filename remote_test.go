@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/hsbx/hsbx"
 	"github.com/hsbx/hsbx/internal/enginetest"
+	"github.com/hsbx/hsbx/internal/sshshare"
+	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/sandbox"
 	"github.com/hsbx/hsbx/sandbox/background"
 	"github.com/hsbx/hsbx/sandbox/files"
@@ -46,9 +49,15 @@ func remoteEngine(t *testing.T, tg enginetest.Target) {
 	env := append(append([]string{}, tg.Env...), "HSBX_RUNTIME="+tg.Bin, "XDG_STATE_HOME="+tg.StateDir,
 		"XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "TERMINAL_DOCKER_IMAGE="+tg.Image, "TERMINAL_DOCKER_NETWORK=false",
 		"HSBX_PROFILE=hsbx-remote", "TERMINAL_DOCKER_ORPHAN_REAPER=false")
+	// The test binary stands in for ssh (enginetest.Main): docker's calls
+	// share one connection, as the hsbx command's do.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	open := func(extra ...string) *hsbx.Client {
 		t.Helper()
-		c, err := hsbx.Open(ctx, hsbx.Options{Environ: append(append([]string{}, env...), extra...), NoAutoSweep: true, Cwd: dir})
+		c, err := hsbx.Open(ctx, hsbx.Options{Environ: append(append([]string{}, env...), extra...), NoAutoSweep: true, Cwd: dir, SSHStandIn: self})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,11 +65,17 @@ func remoteEngine(t *testing.T, tg enginetest.Target) {
 	}
 
 	// Refused before any engine call: a path of this machine.
-	for _, bad := range []struct{ env, setting string }{
+	bads := []struct{ env, setting string }{
 		{"TERMINAL_DOCKER_MOUNT_CWD_TO_WORKSPACE=true", "mount_cwd_to_workspace"},
 		{`TERMINAL_DOCKER_VOLUMES=["` + dir + `:/data"]`, "volumes"},
 		{"HSBX_STORAGE=bind", "storage"},
-	} {
+	}
+	if tg.Dialect() == runtime.Podman {
+		// Its remote client has no --runtime; docker's does (the egress
+		// and secrets tests run gVisor on docker over ssh).
+		bads = append(bads, struct{ env, setting string }{"HSBX_OCI_RUNTIME=/usr/bin/runsc", "oci_runtime"})
+	}
+	for _, bad := range bads {
 		_, err := open(bad.env).Sandbox(task).Ensure(ctx)
 		var se *sandbox.SpecError
 		if !errors.As(err, &se) || se.Setting != bad.setting || !strings.Contains(se.Msg, "remote: ssh://hsbxremote@127.0.0.1:") {
@@ -82,6 +97,16 @@ func remoteEngine(t *testing.T, tg enginetest.Target) {
 	res, err := sb.Ensure(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tg.Dialect() == runtime.Docker {
+		// The connection docker's calls share is up, its socket in the
+		// state dir (podman's client speaks ssh itself: none).
+		ctl := sshshare.ControlDir(filepath.Join(tg.StateDir, "hsbx"))
+		cmd := exec.Command("ssh", "-O", "check", "-o", "ControlPath="+ctl+"/%C", "-p", "22222", "hsbxremote@127.0.0.1")
+		cmd.Env = tg.Env
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "Master running") {
+			t.Fatalf("ssh -O check of the shared connection in %s: %v %s", ctl, err, out)
+		}
 	}
 	mounts := engineOut(t, tg.Bin, tg.Env, "inspect", "--format", "{{range .Mounts}}{{.Type}}:{{.Destination}} {{end}}", res.ID)
 	if strings.Contains(mounts, "bind:") || !strings.Contains(mounts, "volume:/workspace") || !strings.Contains(mounts, "volume:/root") {

@@ -102,14 +102,15 @@ func probeArchive(t *testing.T, dir string, ca []byte) io.Reader {
 	return &b
 }
 
-// What network = allow promises, on every engine and under gVisor: an
+// What network = allow promises, on every engine (those reached over ssh
+// too: the relay is on this machine) and under gVisor: an
 // unmodified client reaches what the list names over HTTP and HTTPS
 // (CONNECT), is refused the rest with the reason, and a process that
 // steps around the proxy (a raw connect, UDP, DNS) gets nothing; 64
 // connections at once all go through; another sandbox's relay applies
 // its own list; every decision is in the network log.
 func TestEgressAllowIsEnforced(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
+	eachWithSSH(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		if e.tg.Fake {
 			// The fakes' sandboxes are host processes on the host's
@@ -123,6 +124,9 @@ func TestEgressAllowIsEnforced(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				if name == "gvisor" && e.kube() && e.tg.GVisor == "" {
 					t.Skip("the project's cluster has no gVisor RuntimeClass (docs/containment.md)")
+				}
+				if name == "gvisor" && e.tg.Remote && e.tg.GVisor == "" {
+					t.Skip(noGVisorRemote)
 				}
 				spec := e.spec()
 				if name == "gvisor" {

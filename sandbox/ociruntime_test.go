@@ -22,6 +22,9 @@ import (
 	"github.com/hsbx/hsbx/sandbox/forward"
 )
 
+// noGVisorRemote is why a test skips gVisor on podman reached over ssh.
+const noGVisorRemote = "podman's remote client cannot choose an OCI runtime: hsbx refuses oci_runtime there (TestRemoteEngineOverSSH)"
+
 // gvisor is the test's spec under gVisor on e's engine, or a skip (an
 // error under HSBX_REQUIRE_ENGINES=1) where the target has none.
 func (e *env) gvisor() sandbox.Spec {

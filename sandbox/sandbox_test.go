@@ -117,6 +117,25 @@ func each(t *testing.T, fn func(t *testing.T, e *env)) {
 	if kt, ok := enginetest.KubeIfConfigured(t); ok {
 		targets = append(targets, kt)
 	}
+	eachOf(t, targets, fn)
+}
+
+// eachWithSSH is each with the engines reached over ssh too
+// (enginetest.SSHTargets), for a promise whose parts are on both
+// machines: the relay and the broker on this one, the sandbox on the
+// engine's.
+func eachWithSSH(t *testing.T, fn func(t *testing.T, e *env)) {
+	targets := enginetest.Targets(t)
+	if kt, ok := enginetest.KubeIfConfigured(t); ok {
+		targets = append(targets, kt)
+	}
+	if st, ok := enginetest.SSHTargetsIfConfigured(t); ok {
+		targets = append(targets, st...)
+	}
+	eachOf(t, targets, fn)
+}
+
+func eachOf(t *testing.T, targets []enginetest.Target, fn func(t *testing.T, e *env)) {
 	for i, tg := range targets {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
@@ -132,6 +151,16 @@ func each(t *testing.T, fn func(t *testing.T, e *env)) {
 					}
 				}
 				_ = rt.Remove(context.Background(), true, ids...)
+				if vr, ok := rt.(runtime.Volumes); ok && tg.Remote { // storage = auto keeps a key's files there
+					vs, _ := vr.ListVolumes(context.Background(), map[string]string{"hsbx.profile": "hsbx-test"})
+					var names []string
+					for _, v := range vs {
+						if strings.HasPrefix(v.Labels["hsbx.task"], e.base) {
+							names = append(names, v.Name)
+						}
+					}
+					_ = vr.RemoveVolumes(context.Background(), names...)
+				}
 			})
 			fn(t, e)
 		})

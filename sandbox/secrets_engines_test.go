@@ -21,7 +21,8 @@ import (
 	"github.com/hsbx/hsbx/sandbox"
 )
 
-// What brokered secrets promise, on every engine, under runc and gVisor: an unmodified client
+// What brokered secrets promise, on every engine (those reached over ssh
+// too: the broker is on this machine), under runc and gVisor: an unmodified client
 // in the sandbox (it reads SSL_CERT_FILE) reaches a local HTTPS server
 // standing in for a provider (its own test CA) with the placeholder, and
 // the server sees the real value; a new value applies to the next
@@ -31,7 +32,7 @@ import (
 // relay makes no certificate for a host no secret is for, and the CA's
 // key never enters the sandbox.
 func TestSecretsBrokered(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
+	eachWithSSH(t, func(t *testing.T, e *env) {
 		if e.tg.Fake {
 			t.Skip("the fakes have no network of their own (internal/egress's broker tests stand in)")
 		}
@@ -56,6 +57,9 @@ func TestSecretsBrokered(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				if name == "gvisor" && e.kube() && e.tg.GVisor == "" {
 					t.Skip("the project's cluster has no gVisor RuntimeClass (docs/containment.md)")
+				}
+				if name == "gvisor" && e.tg.Remote && e.tg.GVisor == "" {
+					t.Skip(noGVisorRemote)
 				}
 				mu.Lock()
 				seen = nil

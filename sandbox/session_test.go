@@ -146,12 +146,12 @@ func TestSessionsEveryEngine(t *testing.T) {
 }
 
 // Two hosts (state directories) making first contact with a sandbox at
-// once, eight session runs each, on fresh sandboxes (1 in the gate, 8
+// once (on an engine reached over ssh too: two machines sharing it), eight session runs each, on fresh sandboxes (1 in the gate, 8
 // under make soak; run with -count to hunt a race longer): every run works, whichever host's
 // agent install lands first (one host's copy never rewrites a file the
 // other's agent is starting a keeper from: "text file busy").
 func TestFirstContactFromTwoHosts(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
+	eachWithSSH(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		trials := enginetest.Count(1, 8)
 		for trial := range trials {
@@ -192,11 +192,11 @@ func TestFirstContactFromTwoHosts(t *testing.T) {
 	})
 }
 
-// Every host hears that the shell it last used is gone, whichever host
-// arrives first: after another host's close and run, and after a restart
+// Every host (machine: on an engine reached over ssh too) hears that the
+// shell it last used is gone, whichever host arrives first: after another host's close and run, and after a restart
 // of the sandbox (a new Pod on Kubernetes).
 func TestEveryHostHearsOfAReset(t *testing.T) {
-	each(t, func(t *testing.T, e *env) {
+	eachWithSSH(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		key := e.key("reset")
 		var a, b *sandbox.Session

@@ -92,11 +92,11 @@ func (s *Sandbox) checkPlace() error {
 	if !loc.Remote {
 		return nil
 	}
-	return placement(s.spec, loc, s.hostBase(), s.m.c.Cwd, s.rt().Capabilities().HostDirs)
+	return placement(s.spec, loc, s.hostBase(), s.m.c.Cwd, s.rt().Capabilities().HostDirs, s.rt().Dialect())
 }
 
 // placement is checkPlace's judgement, for a remote loc.
-func placement(s Spec, loc runtime.Location, base, cwd string, hostDirs bool) error {
+func placement(s Spec, loc runtime.Location, base, cwd string, hostDirs bool, d runtime.Dialect) error {
 	where := fmt.Sprintf("the engine runs on another machine (%s), where this machine's paths do not exist", loc)
 	shared := "; if that machine has it at the same path (podman machine's mounts, a shared file system), name it in shared_paths"
 	if s.MountCwdToWorkspace && !loc.Reaches(filepath.Clean(cwd)) {
@@ -110,6 +110,11 @@ func placement(s Spec, loc runtime.Location, base, cwd string, hostDirs bool) er
 	}
 	if s.RunAsHostUser && len(loc.Shared) == 0 {
 		return &SpecError{"run_as_host_user", fmt.Sprintf("%s: this machine's user id owns nothing there; set run_as_host_user = false (hsbx exec --user runs a command as a sandbox user)", where)}
+	}
+	if s.OCIRuntime != "" && d == runtime.Podman {
+		// podman's remote client has no --runtime ("unknown flag"): the
+		// service runs every container under its own default.
+		return &SpecError{"oci_runtime", fmt.Sprintf("the engine is remote (%s): podman's remote client cannot choose an OCI runtime; make %s its service's default there ([engine] runtime), unset oci_runtime", loc, s.OCIRuntime)}
 	}
 	if hostDirs && s.Persistent && s.Storage == StorageBind && !loc.Reaches(filepath.Clean(base)) {
 		return &SpecError{"storage", fmt.Sprintf("%s: /workspace and /root would be bound from %s; set storage = volume (or auto) to keep them in the engine's volumes%s", where, base, shared)}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hsbx/hsbx/fakebin"
 	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/sshshare"
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
 	"github.com/hsbx/hsbx/runtime/enginecli"
@@ -40,6 +41,11 @@ func Main(m *testing.M) { MainWith(m, nil, nil) }
 // its main, beside the fakes) and a set-up that runs before the tests —
 // only then, not each time the binary runs as one of the commands.
 func MainWith(m *testing.M, commands map[string]func(), setup func()) {
+	// A test that names the test binary as hsbx's ssh stand-in
+	// (hsbx.Options.SSHStandIn): run as it, it is that.
+	if sshshare.Invoked(os.Args[0], os.Getenv) {
+		os.Exit(sshshare.Main(os.Args[1:]))
+	}
 	cmds := map[string]func(){"docker": fakebin.Docker, "podman": fakebin.Podman, "kubectl": fakebin.Kubectl}
 	maps.Copy(cmds, commands)
 	testscript.Main(testRun{m: m, setup: setup}, cmds)
@@ -216,6 +222,9 @@ type Target struct {
 	// cluster's RuntimeClass (HSBX_IT_GVISOR_*, set by scripts/engines.sh
 	// and scripts/kube.sh); the fakes' "runsc" is a name only. "" = none.
 	GVisor string
+	// Remote: the engine is reached over ssh, in a mount namespace where
+	// no path of this machine exists (SSHTargets).
+	Remote bool
 }
 
 // Kube returns the real Kubernetes cluster that scripts/kube.sh set up
@@ -307,6 +316,18 @@ func Targets(t *testing.T) []Target {
 // under HSBX_REQUIRE_ENGINES=1 (CI).
 func SSHTargets(t *testing.T) []Target {
 	t.Helper()
+	ts, ok := SSHTargetsIfConfigured(t)
+	if !ok {
+		t.SkipNow()
+	}
+	return ts
+}
+
+// SSHTargetsIfConfigured is SSHTargets for a suite that runs on several
+// targets: ok is false (with a note logged, or an error under
+// HSBX_REQUIRE_ENGINES=1) when the engines reached over ssh are not set up.
+func SSHTargetsIfConfigured(t *testing.T) ([]Target, bool) {
+	t.Helper()
 	dockerHost, path, dockerBin := os.Getenv("HSBX_IT_DOCKER_SSH"), os.Getenv("HSBX_IT_SSH_PATH"), os.Getenv("HSBX_IT_DOCKER")
 	podmanHost, key, known, podmanBin := os.Getenv("HSBX_IT_PODMAN_SSH"), os.Getenv("HSBX_IT_SSH_KEY"), os.Getenv("HSBX_IT_SSH_KNOWN_HOSTS"), os.Getenv("HSBX_IT_PODMAN")
 	image := os.Getenv("HSBX_IT_IMAGE")
@@ -315,7 +336,8 @@ func SSHTargets(t *testing.T) []Target {
 		if os.Getenv("HSBX_REQUIRE_ENGINES") == "1" {
 			t.Fatalf("%s, but HSBX_REQUIRE_ENGINES=1", msg)
 		}
-		t.Skip(msg)
+		t.Log(msg)
+		return nil, false
 	}
 	env := func(home string, set ...string) []string {
 		var out []string
@@ -334,9 +356,11 @@ func SSHTargets(t *testing.T) []Target {
 	for _, tg := range []struct {
 		name, bin string
 		set       []string
+		gvisor    string
 	}{
-		{"docker-ssh", dockerBin, []string{"DOCKER_HOST=" + dockerHost}},
-		{"podman-ssh", podmanBin, []string{"CONTAINER_HOST=" + podmanHost, "CONTAINER_SSHKEY=" + key}},
+		{"docker-ssh", dockerBin, []string{"DOCKER_HOST=" + dockerHost}, os.Getenv("HSBX_IT_GVISOR_DOCKER_SSH")},
+		// podman's remote client cannot choose a runtime (no --runtime).
+		{"podman-ssh", podmanBin, []string{"CONTAINER_HOST=" + podmanHost, "CONTAINER_SSHKEY=" + key}, ""},
 	} {
 		home := t.TempDir()
 		if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
@@ -345,9 +369,10 @@ func SSHTargets(t *testing.T) []Target {
 		if err := os.WriteFile(filepath.Join(home, ".ssh", "known_hosts"), []byte(known+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ts = append(ts, Target{Name: tg.name, Bin: tg.bin, Image: image, Env: env(home, tg.set...), StateDir: sharedStateDir(t, false)})
+		ts = append(ts, Target{Name: tg.name, Bin: tg.bin, Image: image, Env: env(home, tg.set...), StateDir: sharedStateDir(t, false),
+			Remote: true, GVisor: tg.gvisor})
 	}
-	return ts
+	return ts, true
 }
 
 // AnotherStateDir is the state dir of another host on tg's engine (a test
