@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -135,8 +136,28 @@ func TestDriftRealEngines(t *testing.T) {
 			if b, err := exec.Command(tg.Bin, "inspect", id1).CombinedOutput(); err == nil {
 				t.Fatalf("the old sandbox is still there: %s", b)
 			}
-			if out, _ := must(drifted, "ls", "--json"); strings.Contains(out, `"drift"`) || !strings.Contains(out, id2) {
-				t.Fatalf("ls after the replacement: %s", out)
+			// (Its own row: other tests' sandboxes of the profile, made
+			// from their own settings, may show drift against these.)
+			out, _ = must(drifted, "ls", "--json")
+			var rows []struct {
+				ID    string   `json:"id"`
+				Task  string   `json:"task"`
+				Drift []string `json:"drift"`
+			}
+			if err := json.Unmarshal([]byte(out), &rows); err != nil {
+				t.Fatalf("ls --json: %v: %s", err, out)
+			}
+			found := false
+			for _, r := range rows {
+				if r.Task == task {
+					found = true
+					if r.ID != id2 || len(r.Drift) > 0 {
+						t.Fatalf("ls after the replacement: %+v", r)
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("ls after the replacement lists no sandbox of %s: %s", task, out)
 			}
 		})
 	}

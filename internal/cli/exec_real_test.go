@@ -60,6 +60,30 @@ func cliTargets(t *testing.T) []struct {
 	return out
 }
 
+// cliTargetsWithSSH is cliTargets with the engines reached over ssh too
+// (enginetest.SSHTargets: each keeps the HOME its ssh client reads).
+func cliTargetsWithSSH(t *testing.T) []struct {
+	enginetest.Target
+	environ []string
+} {
+	out := cliTargets(t)
+	ssh, ok := enginetest.SSHTargetsIfConfigured(t)
+	if !ok {
+		return out
+	}
+	for _, tg := range ssh {
+		dir := t.TempDir()
+		environ := append(append([]string{}, tg.Env...), "HSBX_RUNTIME="+tg.Bin, "XDG_CONFIG_HOME="+dir,
+			"XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+tg.StateDir, "TERMINAL_DOCKER_IMAGE="+tg.Image, "TERMINAL_DOCKER_NETWORK=false",
+			"HSBX_PROFILE=hsbx-clitest", "TERMINAL_DOCKER_ORPHAN_REAPER=false")
+		out = append(out, struct {
+			enginetest.Target
+			environ []string
+		}{tg, environ})
+	}
+	return out
+}
+
 // firstThenEPIPE takes one write, then fails as a pipe whose reader left.
 type firstThenEPIPE struct {
 	bytes.Buffer

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hsbx/hsbx"
 	"github.com/hsbx/hsbx/internal/enginetest"
 )
 
@@ -18,6 +19,7 @@ import (
 // sets HSBX_TEST_HOLDER=1 (passed on with HSBX_HOLDER_ENV), hsbx's holder:
 // the CLI under test starts its holder as its own binary with a flag first.
 func TestMain(m *testing.M) {
+	hsbx.ServeSSHStandIn() // a test that names this binary as the stand-in (TestHungRemoteEngine)
 	if base := filepath.Base(os.Args[0]); os.Getenv("HSBX_TEST_MAIN") == "1" && base != "docker" && base != "podman" && base != "kubectl" {
 		// This binary is hsbx, signals and all (as cmd/hsbx's run); as a
 		// fake engine (its links), it is that.
@@ -30,7 +32,8 @@ func TestMain(m *testing.M) {
 			s = <-sigs
 			os.Exit(128 + int(s.(syscall.Signal)))
 		}()
-		os.Exit(Main(ctx, Env{Args: os.Args[1:], Environ: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
+		self, _ := os.Executable()
+		os.Exit(Main(ctx, Env{Args: os.Args[1:], Environ: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, SSHStandIn: self}))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "--log-level" {
 		if os.Getenv("HSBX_TEST_HOLDER") == "1" {

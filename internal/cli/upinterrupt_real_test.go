@@ -17,9 +17,11 @@ import (
 // the engine got done, hsbx never says "could not be removed" about it,
 // leaves no container that is not running, and the next up works (using
 // the one that was kept, if any). The moments are spread over a create:
-// five under make soak, an early and a late one in the gate.
+// five under make soak, an early and a late one in the gate. On the
+// engines reached over ssh too, where a create is a lookup, the volumes
+// and the run, each over the shared ssh connection.
 func TestUpInterruptedRealEngines(t *testing.T) {
-	for _, tg := range cliTargets(t) {
+	for _, tg := range cliTargetsWithSSH(t) {
 		// this test binary is hsbx here, signals and all (TestMain, HSBX_TEST_MAIN)
 		if tg.Fake {
 			continue // the fakes: up_interrupted_create.txtar

@@ -207,10 +207,17 @@ func identify(ctx context.Context, o Options, path string) (runtime.Dialect, str
 	// reads its configuration from the environment).
 	eng := o.Engine.WithDefaults()
 	argv := []string{path, "--version"}
-	res, err := eng.Runner.Run(ctx, proc.Cmd{Argv: argv, Env: eng.Env, Timeout: 15 * time.Second})
+	// Bounded as every engine call is (engine_timeout): docker 20.10's
+	// client reaches its engine before it prints even its version (over
+	// ssh: a connection to a machine that may not answer).
+	bound := eng.Timeout
+	res, err := eng.Runner.Run(ctx, proc.Cmd{Argv: argv, Env: eng.Env, Timeout: bound})
 	if err != nil {
 		if errors.Is(err, proc.ErrProcessTimeout) {
-			return "", "", fmt.Errorf("%w: %s --version did not answer", runtime.ErrTimeout, path)
+			return "", "", fmt.Errorf("%w: %s --version did not answer in %s (engine_timeout)", runtime.ErrTimeout, path, bound)
+		}
+		if ctx.Err() != nil { // the caller gave up (Ctrl-C): not a missing binary
+			return "", "", enginecli.RunError(argv, err)
 		}
 		return "", "", fmt.Errorf("%w: %v", runtime.ErrBinaryNotFound, err)
 	}

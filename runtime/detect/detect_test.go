@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hsbx/hsbx/runtime"
 	"github.com/hsbx/hsbx/runtime/detect"
@@ -189,5 +190,29 @@ func TestDialectOf(t *testing.T) {
 		if got, _ := detect.DialectOf(line); got != want {
 			t.Errorf("DialectOf(%q) = %q, want %q", line, got, want)
 		}
+	}
+}
+
+// A client whose --version does not answer (docker 20.10 reaches its
+// engine for it: over ssh, a machine that may hang) is bounded by the
+// engine timeout, and a caller that gives up (Ctrl-C) is told so, never
+// that the binary is missing.
+func TestVersionIsBoundedAndInterruptible(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "docker")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := opts(dir, nil)
+	o.Runtime = bin
+	o.Engine.Timeout = 300 * time.Millisecond
+	if _, err := detect.Find(context.Background(), o); !errors.Is(err, runtime.ErrTimeout) || !strings.Contains(err.Error(), "300ms") {
+		t.Fatalf("a silent --version: %v, want ErrTimeout naming the bound", err)
+	}
+	o.Engine.Timeout = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := detect.Find(ctx, o); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, runtime.ErrBinaryNotFound) {
+		t.Fatalf("a caller that gives up: %v, want its context's error", err)
 	}
 }
