@@ -54,6 +54,8 @@ type engine struct {
 	// execIn is the engine's own exec of argv in the sandbox id, no hsbx
 	// involved (nil: BIN exec ID).
 	execIn func(id string, argv ...string) []string
+	// beforeCold runs before each of hsbx's cold ups (nil: nothing).
+	beforeCold func()
 }
 
 // engineExec is e's own exec of argv in the sandbox id.
@@ -296,8 +298,13 @@ func coldUp(ctx context.Context, e *engine) row {
 		func() time.Duration {
 			i++
 			task := fmt.Sprintf("cold%d", i)
+			if e.beforeCold != nil {
+				e.beforeCold()
+			}
 			d := must(ctx, e.env, e.hsbx("up", "--task", task)...).Elapsed
-			must(ctx, e.env, e.hsbx("down", "--task", task)...)
+			// --purge: the key's volumes too (storage = volume), so a
+			// later row's up of the same task makes its own.
+			must(ctx, e.env, e.hsbx("down", "--purge", "--task", task)...)
 			return d
 		},
 		func() time.Duration {

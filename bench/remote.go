@@ -5,18 +5,23 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/hsbx/hsbx/internal/environ"
 	"github.com/hsbx/hsbx/internal/proc"
+	"github.com/hsbx/hsbx/internal/sshshare"
 )
 
 // remoteBench measures the docker engine this machine reaches only over
 // ssh (scripts/engines-remote.sh: HSBX_IT_DOCKER_SSH, HSBX_IT_SSH_PATH),
 // against the raw client over the same ssh: every raw call opens an ssh
 // connection, where hsbx's warm commands ride the exec channel's one
-// stream. "" when that engine is not configured.
+// stream and its engine calls share one connection (ssh_share; a row
+// without it too). "" when that engine is not configured.
 func remoteBench(ctx context.Context, image string) string {
 	host, path, bin := os.Getenv("HSBX_IT_DOCKER_SSH"), os.Getenv("HSBX_IT_SSH_PATH"), os.Getenv("HSBX_IT_DOCKER")
 	if host == "" || path == "" || bin == "" || image == "" {
@@ -42,6 +47,20 @@ func remoteBench(ctx context.Context, image string) string {
 		func() time.Duration { return must(ctx, os.Environ(), bin, "exec", id, "true").Elapsed })
 	rows := []row{ratioRow("warm `exec -- true` through the exec channel vs `docker exec ID true` over the same ssh", h, base, 0.10, "")}
 	rows = append(rows, coldUp(ctx, e))
+	// The same without ssh_share: each of hsbx's calls logs in anew, as
+	// the raw client's one call does.
+	alone := *e
+	alone.env = append(slices.Clone(e.env), "HSBX_SSH_SHARE=0")
+	r := coldUp(ctx, &alone)
+	r.what = strings.Replace(r.what, "cold `up`", "cold `up` with ssh_share = 0 (an ssh connection per call)", 1)
+	rows = append(rows, r)
+	// A first contact: the shared connection closed before each up, so
+	// hsbx logs in once, as the raw client does for its one call.
+	first := *e
+	first.beforeCold = func() { closeShared(ctx, e, host) }
+	r = coldUp(ctx, &first)
+	r.what = strings.Replace(r.what, "cold `up`", "cold `up` on first contact (the shared ssh connection closed before each)", 1)
+	rows = append(rows, r)
 	rows = append(rows, remoteTransfers(ctx, e, id, n)...)
 	writeRows(&b, rows)
 	cleanup(ctx, e)
@@ -89,4 +108,33 @@ func remoteTransfers(ctx context.Context, e *engine, id string, n int) []row {
 	}, raw)
 	rows = append(rows, ratioRow("`hsbx file write` of a "+mb+" file vs `docker cp` over the same ssh", h, b, 1.00, ""))
 	return rows
+}
+
+// closeShared ends ssh_share's connection to host (ssh -O exit on its
+// control socket), if one is open.
+func closeShared(ctx context.Context, e *engine, host string) {
+	u, err := url.Parse(host)
+	if err != nil {
+		fail("%s: %v", host, err)
+	}
+	state, _ := environ.Lookup(e.env, "XDG_STATE_HOME")
+	argv := []string{"ssh", "-O", "exit", "-o", "ControlPath=" + filepath.Join(sshshare.ControlDir(filepath.Join(state, "hsbx")), "%C")}
+	if p := u.Port(); p != "" {
+		argv = append(argv, "-p", p)
+	}
+	if u.User != nil {
+		argv = append(argv, "-l", u.User.Username())
+	}
+	argv = append(argv, u.Hostname())
+	_ = run(ctx, os.Environ(), argv...) // exits 255 when none is open
+	// The master may still answer for a moment after the request.
+	check := slices.Clone(argv)
+	check[2] = "check"
+	for range 100 {
+		if run(ctx, os.Environ(), check...).ExitCode != 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fail("the shared ssh connection did not close (%s)", proc.Quote(argv))
 }
