@@ -49,15 +49,20 @@ func cliTargets(t *testing.T) []struct {
 		if tg.Rootless {
 			xdg = "" // the rootless engine reads XDG_CONFIG_HOME too: hsbx falls back to HOME, the wrapper gives podman its own
 		}
-		environ := append(append([]string{}, tg.Env...), "HSBX_RUNTIME="+tg.Bin, "HOME="+dir, "XDG_CONFIG_HOME="+xdg,
-			"XDG_CACHE_HOME="+xdg, "XDG_STATE_HOME="+state, "TERMINAL_DOCKER_IMAGE="+tg.Image, "TERMINAL_DOCKER_NETWORK=false",
-			"HSBX_PROFILE=hsbx-clitest", "TERMINAL_DOCKER_ORPHAN_REAPER=false")
 		out = append(out, struct {
 			enginetest.Target
 			environ []string
-		}{tg, environ})
+		}{tg, cliEnviron(tg, xdg, state, "HOME="+dir)})
 	}
 	return out
+}
+
+// cliEnviron is the CLI's environment on tg: its engine and image, the
+// given config and cache dir (xdg) and state dir, the tests' profile.
+func cliEnviron(tg enginetest.Target, xdg, state string, extra ...string) []string {
+	return append(append(append([]string{}, tg.Env...), "HSBX_RUNTIME="+tg.Bin, "XDG_CONFIG_HOME="+xdg,
+		"XDG_CACHE_HOME="+xdg, "XDG_STATE_HOME="+state, "TERMINAL_DOCKER_IMAGE="+tg.Image, "TERMINAL_DOCKER_NETWORK=false",
+		"HSBX_PROFILE=hsbx-clitest", "TERMINAL_DOCKER_ORPHAN_REAPER=false"), extra...)
 }
 
 // cliTargetsWithSSH is cliTargets with the engines reached over ssh too
@@ -72,14 +77,10 @@ func cliTargetsWithSSH(t *testing.T) []struct {
 		return out
 	}
 	for _, tg := range ssh {
-		dir := t.TempDir()
-		environ := append(append([]string{}, tg.Env...), "HSBX_RUNTIME="+tg.Bin, "XDG_CONFIG_HOME="+dir,
-			"XDG_CACHE_HOME="+dir, "XDG_STATE_HOME="+tg.StateDir, "TERMINAL_DOCKER_IMAGE="+tg.Image, "TERMINAL_DOCKER_NETWORK=false",
-			"HSBX_PROFILE=hsbx-clitest", "TERMINAL_DOCKER_ORPHAN_REAPER=false")
 		out = append(out, struct {
 			enginetest.Target
 			environ []string
-		}{tg, environ})
+		}{tg, cliEnviron(tg, t.TempDir(), tg.StateDir)})
 	}
 	return out
 }
