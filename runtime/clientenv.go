@@ -1,6 +1,9 @@
 package runtime
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // ClientReads reports whether a docker or podman client, or a program it
 // starts (ssh, the dynamic loader, the Go runtime), reads the variable
@@ -39,3 +42,9 @@ var clientVarNames = map[string]bool{
 }
 
 var clientVarPrefixes = []string{"DOCKER_", "CONTAINER_", "CONTAINERS_", "_CONTAINERS_", "PODMAN_", "BUILDAH_", "STORAGE_", "LD_", "DYLD_", "SSH_"}
+
+// EnvFileSafe reports whether an env file holds v as it is: one line, no
+// NUL, UTF-8 (docker and podman read it a line at a time).
+func EnvFileSafe(v string) bool {
+	return !strings.ContainsAny(v, "\n\r\x00") && utf8.ValidString(v)
+}

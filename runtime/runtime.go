@@ -343,6 +343,11 @@ type Capabilities struct {
 	// own stream (kubectl: on its stdin), never in the client's
 	// environment, so names the client reads itself cannot steer it.
 	ExecEnvInBand bool
+	// EnvByFile: a variable whose name the client reads itself
+	// (ClientReads, ProxyVar) reaches the sandbox in an env file, never
+	// the client's environment (docker, podman), so it may have any value
+	// an env file holds (EnvFileSafe).
+	EnvByFile bool
 	// StorageLeftovers: a killed create can leave storage holding the
 	// name that no listing shows (podman); see StorageRemover.
 	StorageLeftovers bool

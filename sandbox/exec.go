@@ -20,8 +20,10 @@ type Command struct {
 	// directory (Spec.Cwd), and a relative one is taken from there.
 	WorkDir string
 	// Env: literal values; the names go on argv, the values through the
-	// engine client's environment. Names that steer the engine client
-	// (DOCKER_HOST, PATH, LD_PRELOAD, ...) and HSBX_EXEC_ID are refused.
+	// engine client's environment — a name the client reads itself
+	// (DOCKER_HOST, PATH, LD_PRELOAD, ...) through the exec channel or an
+	// env file, never the client's. HSBX_EXEC_ID is refused, and such a
+	// name whose value an env file cannot hold where no channel carries it.
 	Env map[string]string
 	// Interactive keeps stdin open (-i); a non-nil Stdin implies it.
 	Interactive bool
@@ -149,9 +151,9 @@ func (s *Sandbox) exec(ctx context.Context, c Command) (int, error) {
 		return -1, err
 	}
 	// A name the engine client reads itself (PATH, HOME, DOCKER_HOST, ...)
-	// cannot travel in the client's environment, as values do on the
-	// plain path: only the channel (values in its frames, to the agent)
-	// or kubectl (values on its stdin) can carry it.
+	// whose value an env file cannot hold (steer: see execEnv) goes only
+	// where the channel (values in its frames, to the agent) or kubectl
+	// (values on its stdin) carries it.
 	if steer != "" && s.rt().Capabilities().ExecEnvInBand {
 		steer = ""
 	}

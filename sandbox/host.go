@@ -198,5 +198,5 @@ func (m *Manager) pull(ctx context.Context, image string) error {
 // checkClientVar refuses a command env value that would steer the engine
 // client (see steersClient).
 func (m *Manager) checkClientVar(k, v string) error {
-	return clientVarError("env", k, v, m.getenv)
+	return clientVarError("env", k, v, m.getenv, m.c.Runtime.Capabilities())
 }

@@ -115,7 +115,7 @@ func ParseVolume(v string) (Volume, error) {
 // Env splits the sandbox environment into the names passed on argv ("-e
 // NAME") and the values, which travel in the engine client's environment.
 // Forwarded names missing from the caller's environment are left out.
-func (s Spec) envValues(getenv func(string) (string, bool)) (map[string]string, error) {
+func (s Spec) envValues(getenv func(string) (string, bool), caps runtime.Capabilities) (map[string]string, error) {
 	vals := maps.Clone(s.Env)
 	if vals == nil {
 		vals = map[string]string{}
@@ -129,7 +129,7 @@ func (s Spec) envValues(getenv func(string) (string, bool)) (map[string]string, 
 		if k == ExecIDVar {
 			return nil, &SpecError{"env", ExecIDVar + " is reserved: hsbx marks each command's processes with it"}
 		}
-		if err := clientVarError("env", k, v, getenv); err != nil {
+		if err := clientVarError("env", k, v, getenv, caps); err != nil {
 			return nil, err
 		}
 	}
@@ -144,7 +144,7 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 	if err := s.Validate(); err != nil {
 		return runtime.RunSpec{}, nil, err
 	}
-	env, err := s.envValues(getenv)
+	env, err := s.envValues(getenv, h.Caps)
 	if err != nil {
 		return runtime.RunSpec{}, nil, err
 	}
@@ -155,7 +155,7 @@ func buildRun(key Key, name string, s Spec, h engineHost, m mountPaths, getenv f
 		if k == ExecIDVar {
 			return runtime.RunSpec{}, nil, &SpecError{"extra_args", ExecIDVar + " is reserved: hsbx marks each command's processes with it"}
 		}
-		if err := clientVarError("extra_args", k, extraVals[k], getenv); err != nil {
+		if err := clientVarError("extra_args", k, extraVals[k], getenv, h.Caps); err != nil {
 			return runtime.RunSpec{}, nil, err
 		}
 		env[k] = extraVals[k] // last, as extra_args come last

@@ -194,9 +194,9 @@ func validSize(s string) bool {
 // would steer the client (runtime.ClientReads; the proxy variables when it
 // talks to its engine over a network: a tcp:// or ssh:// endpoint, or a
 // context hsbx cannot see into). The docker and podman runtime passes
-// such names in an env file, so what hsbx sets itself (network = allow's
-// proxies) never steers the client; a value the user gives for one is
-// still refused here unless the client has the same.
+// such names in an env file instead (runtime.Capabilities.EnvByFile),
+// kubectl in band, so the value reaches the sandbox and never the client;
+// only a value an env file cannot hold is refused (clientVarError).
 func steersClient(name string, getenv func(string) (string, bool)) bool {
 	if runtime.ClientReads(name) {
 		return true
@@ -217,10 +217,16 @@ func steersClient(name string, getenv func(string) (string, bool)) bool {
 }
 
 // clientVarError refuses a sandbox value for a variable that steers the
-// engine client, unless it equals what the client already has.
-func clientVarError(setting, k, v string, getenv func(string) (string, bool)) error {
-	if cur, ok := getenv(k); !steersClient(k, getenv) || (ok && cur == v) {
+// engine client, unless it equals what the client already has or the
+// runtime passes it another way (an env file that holds it, kubectl's
+// manifest and stdin).
+func clientVarError(setting, k, v string, getenv func(string) (string, bool), caps runtime.Capabilities) error {
+	if cur, ok := getenv(k); !steersClient(k, getenv) || (ok && cur == v) || caps.ExecEnvInBand ||
+		caps.EnvByFile && runtime.EnvFileSafe(v) {
 		return nil
+	}
+	if caps.EnvByFile {
+		return &SpecError{setting, fmt.Sprintf("%s is read by the engine client itself, so hsbx passes it in an env file, which cannot hold a line break, a NUL or non-UTF-8 bytes", k)}
 	}
 	return &SpecError{setting, fmt.Sprintf("%s is read by the engine client itself, which carries the sandbox's values, so it cannot differ here; set it in the command (-- env %s=... CMD)", k, k)}
 }

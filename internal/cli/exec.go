@@ -17,7 +17,7 @@ import (
 type ExecCmd struct {
 	taskFlag
 	Workdir     string   `short:"w" help:"Working directory in the sandbox; relative to the sandbox's working directory (the cwd setting)." placeholder:"DIR"`
-	Env         []string `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (PATH, HOME, DOCKER_*, LD_*, ...) go only through the exec channel (refused where it cannot run)." placeholder:"K[=V]"`
+	Env         []string `short:"e" sep:"none" help:"Set K=V (taken verbatim: commas and = are part of V), or pass K from your environment; repeatable. Values never appear on any command line; names the engine client reads (PATH, HOME, DOCKER_*, LD_*, ...) reach the command and never the client (through the exec channel, or an env file read from a pipe)." placeholder:"K[=V]"`
 	Timeout     string   `help:"Kill the command (in the sandbox) after this long and exit 124: a duration like 30s, or seconds (sandbox.timeout; env TERMINAL_TIMEOUT; 0 = none)." placeholder:"DUR"`
 	User        string   `short:"u" help:"Run as this user of the sandbox: NAME, UID, NAME:GROUP or UID:GID, looked up in the sandbox's /etc/passwd and /etc/group as the engine's exec --user does (one it lacks: exit 126, kind no_such_user)." placeholder:"USER"`
 	Interactive bool     `short:"i" help:"Keep stdin open."`

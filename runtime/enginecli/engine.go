@@ -151,7 +151,11 @@ func (e *Engine) Binary() string { return e.bin }
 func (e *Engine) CallTimeout() time.Duration { return e.timeout }
 
 // Capabilities implements runtime.Runtime: the dialect's.
-func (e *Engine) Capabilities() runtime.Capabilities { return e.d.Capabilities() }
+func (e *Engine) Capabilities() runtime.Capabilities {
+	c := e.d.Capabilities()
+	c.EnvByFile = true // passEnv
+	return c
+}
 
 // Endpoint implements runtime.Runtime: the dialect, the binary, the
 // variables both clients read to pick a daemon, and for docker the

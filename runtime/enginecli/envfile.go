@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/hsbx/hsbx/runtime"
 )
@@ -59,7 +58,7 @@ func passEnv(env map[string]string) (sandboxEnv, error) {
 			s.args = append(s.args, "-e", k)
 			continue
 		}
-		if strings.ContainsAny(v, "\n\r\x00") || !utf8.ValidString(v) {
+		if !runtime.EnvFileSafe(v) {
 			return sandboxEnv{}, fmt.Errorf("the sandbox's variable %s: the client reads %s itself, so it goes by env file, which cannot hold a line break, a NUL or non-UTF-8 bytes; pass it in a file", k, k)
 		}
 		lines.WriteString(k + "=" + v + "\n")
