@@ -9,22 +9,31 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hsbx/hsbx/runtime"
 )
 
 // A sandbox made from other settings, on the real engines: warned about
 // and kept (warn), refused (error), never replaced while a command runs in
 // it — one of this host's hsbx processes, or an exec the engine runs for
 // someone else — and replaced once idle (recreate), with /workspace kept,
-// the holder's own exec ended first.
+// the holder's own exec ended first. On the engines reached over ssh too,
+// where /workspace is in the engine's volumes.
 func TestDriftRealEngines(t *testing.T) {
-	for _, tg := range cliTargets(t) {
+	for _, tg := range cliTargetsWithSSH(t) {
 		if tg.Fake {
 			continue // the fakes: drift_*.txtar
 		}
 		t.Run(tg.Name, func(t *testing.T) {
+			if tg.Remote && tg.Dialect() == runtime.Podman {
+				// docs/remote.md: its exited exec sessions stay listed for
+				// minutes and its remote client cannot ask which run, so
+				// the sandbox counts as in use (recreate waits).
+				t.Skip("a remote podman cannot tell a running exec session from an exited one")
+			}
 			task := fmt.Sprintf("drift-%d", time.Now().UnixNano())
 			base := append(append([]string{}, tg.environ...), "HSBX_TEST_HOLDER=1", "HSBX_TASK="+task)
-			t.Cleanup(func() { runMain(t, base, "down") })
+			t.Cleanup(func() { runMain(t, base, "down", "--purge") })
 			drifted := append(append([]string{}, base...), `TERMINAL_DOCKER_ENV={"NEWVAR":"new, with = and commas"}`)
 			must := func(env []string, args ...string) (string, string) {
 				t.Helper()

@@ -416,3 +416,35 @@ func TestLiveExecsSessionGone(t *testing.T) {
 		}
 	})
 }
+
+// A remote podman keeps an exec session listed for minutes after it ended,
+// and its client cannot ask which run (`container cleanup` is local only):
+// LiveExecs counts every listed one as running, with no error — the
+// answer that never lets the reaper or a recreate take a sandbox in use.
+func TestLiveExecsRemotePodman(t *testing.T) {
+	for _, tg := range enginetest.SSHTargets(t) {
+		if tg.Dialect() != runtime.Podman {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := tg.Open(t)
+			id, err := rt.Run(ctx, runtime.RunSpec{Name: fmt.Sprintf("hsbxct-remote-%d", time.Now().UnixNano()%1e9),
+				Labels: map[string]string{"hsbx-contract": "remote"}, Image: tg.Image, Args: []string{"--network", "none"}, Cmd: []string{"sleep", "300"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rt.Remove(context.Background(), true, id) })
+			if code, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"true"}}); err != nil || code != 0 {
+				t.Fatalf("exec: %d %v", code, err)
+			}
+			cs, err := rt.Inspect(ctx, id)
+			if err != nil || len(cs) != 1 || len(cs[0].ExecIDs) == 0 {
+				t.Fatalf("inspect after an exec that ended: %+v %v (podman lists it: the premise)", cs, err)
+			}
+			if live, err := rt.LiveExecs(ctx, cs[0]); err != nil || len(live) != len(cs[0].ExecIDs) {
+				t.Fatalf("LiveExecs on a remote podman: %v %v, want every listed session %v", live, err, cs[0].ExecIDs)
+			}
+		})
+	}
+}
