@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hsbx/hsbx/runtime"
 )
 
 // A sandbox made from other settings, on the real engines: warned about
@@ -25,12 +23,6 @@ func TestDriftRealEngines(t *testing.T) {
 			continue // the fakes: drift_*.txtar
 		}
 		t.Run(tg.Name, func(t *testing.T) {
-			if tg.Remote && tg.Dialect() == runtime.Podman {
-				// docs/remote.md: its exited exec sessions stay listed for
-				// minutes and its remote client cannot ask which run, so
-				// the sandbox counts as in use (recreate waits).
-				t.Skip("a remote podman cannot tell a running exec session from an exited one")
-			}
 			task := fmt.Sprintf("drift-%d", time.Now().UnixNano())
 			base := append(append([]string{}, tg.environ...), "HSBX_TEST_HOLDER=1", "HSBX_TASK="+task)
 			t.Cleanup(func() { runMain(t, base, "down", "--purge") })

@@ -419,8 +419,8 @@ func TestLiveExecsSessionGone(t *testing.T) {
 
 // A remote podman keeps an exec session listed for minutes after it ended,
 // and its client cannot ask which run (`container cleanup` is local only):
-// LiveExecs counts every listed one as running, with no error — the
-// answer that never lets the reaper or a recreate take a sandbox in use.
+// LiveExecs counts the processes an exec started (`top`) instead, so an
+// ended exec is not running and a running one is.
 func TestLiveExecsRemotePodman(t *testing.T) {
 	for _, tg := range enginetest.SSHTargets(t) {
 		if tg.Dialect() != runtime.Podman {
@@ -430,7 +430,7 @@ func TestLiveExecsRemotePodman(t *testing.T) {
 			ctx := context.Background()
 			rt := tg.Open(t)
 			id, err := rt.Run(ctx, runtime.RunSpec{Name: fmt.Sprintf("hsbxct-remote-%d", time.Now().UnixNano()%1e9),
-				Labels: map[string]string{"hsbx-contract": "remote"}, Image: tg.Image, Args: []string{"--network", "none"}, Cmd: []string{"sleep", "300"}})
+				Labels: map[string]string{"hsbx-contract": "remote"}, Image: tg.Image, Args: []string{"--init", "--network", "none"}, Cmd: []string{"sleep", "300"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -438,12 +438,36 @@ func TestLiveExecsRemotePodman(t *testing.T) {
 			if code, err := rt.Exec(ctx, runtime.ExecSpec{ID: id, Cmd: []string{"true"}}); err != nil || code != 0 {
 				t.Fatalf("exec: %d %v", code, err)
 			}
-			cs, err := rt.Inspect(ctx, id)
-			if err != nil || len(cs) != 1 || len(cs[0].ExecIDs) == 0 {
-				t.Fatalf("inspect after an exec that ended: %+v %v (podman lists it: the premise)", cs, err)
+			live := func() ([]string, []string) {
+				t.Helper()
+				cs, err := rt.Inspect(ctx, id)
+				if err != nil || len(cs) != 1 {
+					t.Fatalf("inspect: %+v %v", cs, err)
+				}
+				l, err := rt.LiveExecs(ctx, cs[0])
+				if err != nil {
+					t.Fatalf("LiveExecs: %v", err)
+				}
+				return l, cs[0].ExecIDs
 			}
-			if live, err := rt.LiveExecs(ctx, cs[0]); err != nil || len(live) != len(cs[0].ExecIDs) {
-				t.Fatalf("LiveExecs on a remote podman: %v %v, want every listed session %v", live, err, cs[0].ExecIDs)
+			if l, listed := live(); len(listed) == 0 || len(l) != 0 {
+				t.Fatalf("after an exec that ended: live %v of listed %v, want none of at least one (podman lists it: the premise)", l, listed)
+			}
+			ectx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = rt.Exec(ectx, runtime.ExecSpec{ID: id, Cmd: []string{"sleep", "60"}})
+			}()
+			defer func() { stop(); <-done }()
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				l, listed := live()
+				if len(l) == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("with an exec running: live %v of listed %v, want one", l, listed)
+				}
 			}
 		})
 	}

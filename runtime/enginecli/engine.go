@@ -43,6 +43,7 @@ const (
 	OpInfo    Op = "info"
 	OpImage   Op = "image inspect"
 	OpCleanup Op = "cleanup"
+	OpTop     Op = "top"
 	OpCopy    Op = "cp"
 	OpPull    Op = "pull"
 	OpCommit  Op = "commit"

@@ -134,3 +134,15 @@ func FuzzParseImageInspect(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseTopExecs(f *testing.F) {
+	f.Add([]byte("PID         PPID\n1           0\n6           1\n7           0\n"))
+	f.Add([]byte("PID PPID\n"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := enginecli.ParseTopExecs(b)
+		if err == nil && n < 0 {
+			t.Fatalf("%d execs", n)
+		}
+	})
+}
