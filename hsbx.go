@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"os"
 	goruntime "runtime"
-	"strings"
 	"time"
 
 	"github.com/hsbx/hsbx/config"
@@ -182,7 +181,7 @@ func (o Options) engineEnv() []string {
 	if o.SSHStandIn == "" || share <= 0 || goruntime.GOOS == "windows" {
 		return o.Environ
 	}
-	if loc := enginecli.Locate("docker", "", o.Environ, goruntime.GOOS); !strings.HasPrefix(loc.Address, "ssh://") {
+	if loc := enginecli.Locate("docker", "", o.Environ, goruntime.GOOS); !sshshare.Applies(loc.Address) {
 		return o.Environ
 	}
 	env, err := sshshare.Env(o.Environ, o.SSHStandIn, o.StateDir, share)

@@ -269,7 +269,7 @@ func (s *Sandbox) volumesFree(ctx context.Context) error {
 	if s.storage() != StorageVolume {
 		return nil
 	}
-	vols, err := s.Storage().Volumes(ctx)
+	vols, err := s.Storage().volumes(ctx)
 	if err != nil || len(vols) == 0 {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hsbx/hsbx/internal/egress"
-
 	"github.com/hsbx/hsbx/runtime"
 )
 

@@ -75,7 +75,7 @@ func (c *DoctorCmd) Run(ctx context.Context, app *App) error {
 			loc.Shared = append(loc.Shared, app.Cfg.SharedPaths.Value...)
 			r.Location = &loc
 			r.Storage = sandbox.StorageAt(app.Cfg.Sandbox.Storage.Value, loc, app.stateDir())
-			if found.Dialect == runtime.Docker && strings.HasPrefix(loc.Address, "ssh://") {
+			if found.Dialect == runtime.Docker && sshshare.Applies(loc.Address) {
 				r.SSHShare = sshShareText(o.Engine.Env, app.Cfg.SSHShare.Value)
 			}
 		}

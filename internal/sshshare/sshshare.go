@@ -47,6 +47,10 @@ const (
 // %C's 40 hex digits and, while it makes the socket, a 17-byte suffix.
 const maxControlDir = 104 - 1 - 40 - 17 - 1
 
+// Applies reports whether a docker client reaching its engine at addr
+// (runtime.Location's Address) runs ssh for each call: an ssh:// host.
+func Applies(addr string) bool { return strings.HasPrefix(addr, "ssh://") }
+
 // Invoked reports whether the program was started as the stand-in: under
 // the name ssh, with the variables Env sets.
 func Invoked(argv0 string, getenv func(string) string) bool {
