@@ -114,3 +114,29 @@ func TestControlDirFits(t *testing.T) {
 }
 
 func sortedCopy(s []string) []string { c := slices.Clone(s); slices.Sort(c); return c }
+
+// A state dir another local user owns is not used for the stand-in or its
+// control sockets (privdir): env comes back unchanged, with why, and
+// nothing is made there.
+func TestStandInRefusesAForeignStateDir(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root, to give a directory to another user")
+	}
+	self, _ := os.Executable()
+	state := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, 65534, 65534); err != nil { // nobody's
+		t.Fatal(err)
+	}
+	env := []string{"PATH=" + fakeSSH(t)}
+	got, err := Env(env, self, state, time.Minute)
+	if err == nil || !slices.Equal(got, env) {
+		t.Fatalf("a state dir of another user's: %q %v, want env unchanged and an error", got, err)
+	}
+	t.Log(err)
+	if _, err := os.Lstat(filepath.Join(state, "ssh")); !os.IsNotExist(err) {
+		t.Fatalf("something was made in another user's directory: %v", err)
+	}
+}
